@@ -1,0 +1,103 @@
+"""Collective communication in the alpha-beta model, and placement of parallel groups.
+
+Closed forms (n ranks, `bytes_` the full buffer per rank, bandwidth `bw` per rank per direction,
+latency `alpha` per step; Thakur et al. 2005, Patarasuk & Yuan 2009, NCCL's documentation):
+
+- ring all-reduce:      2 (n-1)/n * bytes/bw + 2 (n-1) alpha
+- tree all-reduce:      2 bytes/bw + 2 log2(n) alpha   (pipelined double binary tree)
+- ring all-gather / reduce-scatter:  (n-1)/n * bytes/bw + (n-1) alpha  (bytes = gathered size)
+- all-to-all (pairwise): (n-1)/n * bytes/bw + (n-1) alpha
+- point-to-point:        bytes/bw + alpha
+- hierarchical all-reduce over `n_local` ranks per fast domain and `n_domains` domains:
+  reduce-scatter inside, all-reduce of bytes/n_local across, all-gather inside.
+
+All arguments broadcast; every function returns 0 for groups of one rank.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _only_groups(n, time):
+    """0 for single-rank groups (also where a missing link would make 0 * inf)."""
+    return torch.where(n > 1, time, torch.zeros_like(time))
+
+
+def ring_all_reduce_time_s(bytes_, n, bw_bytes_per_s, alpha_s):
+    steps = n - 1.0
+    return _only_groups(n, 2.0 * steps / n * bytes_ / bw_bytes_per_s + 2.0 * steps * alpha_s)
+
+
+def tree_all_reduce_time_s(bytes_, n, bw_bytes_per_s, alpha_s):
+    return _only_groups(n, 2.0 * bytes_ / bw_bytes_per_s + 2.0 * torch.log2(n) * alpha_s)
+
+
+def all_reduce_time_s(bytes_, n, bw_bytes_per_s, alpha_s):
+    """The faster of ring and tree, as NCCL's tuner picks per message size."""
+    return torch.minimum(ring_all_reduce_time_s(bytes_, n, bw_bytes_per_s, alpha_s),
+                         tree_all_reduce_time_s(bytes_, n, bw_bytes_per_s, alpha_s))
+
+
+def all_gather_time_s(bytes_, n, bw_bytes_per_s, alpha_s):
+    steps = n - 1.0
+    return _only_groups(n, steps / n * bytes_ / bw_bytes_per_s + steps * alpha_s)
+
+
+reduce_scatter_time_s = all_gather_time_s
+all_to_all_time_s = all_gather_time_s
+
+
+def p2p_time_s(bytes_, bw_bytes_per_s, alpha_s):
+    return bytes_ / bw_bytes_per_s + alpha_s
+
+
+def hierarchical_all_reduce_time_s(bytes_, n_local, n_domains, local_bw_bytes_per_s, local_alpha_s,
+                                   global_bw_bytes_per_s, global_alpha_s):
+    inside = 2.0 * all_gather_time_s(bytes_, n_local, local_bw_bytes_per_s, local_alpha_s)
+    across = all_reduce_time_s(bytes_ / n_local, n_domains, global_bw_bytes_per_s, global_alpha_s)
+    return inside + across
+
+
+def placement(size, stride, domain):
+    """How a group of `size` ranks, `stride` ranks apart, falls onto scale-up domains.
+
+    Ranks are laid out in Megatron order (tp fastest, then cp, dp, pp), so a group covers
+    `size * stride` consecutive ranks. Returns `(n_local, n_domains)`: members per domain and
+    domains spanned (n_local = size when the group fits in one domain).
+    """
+    n_local = torch.minimum(torch.clamp_min(torch.floor(domain / stride), 1.0), size)
+    return n_local, torch.ceil(size / n_local)
+
+
+def group_all_reduce_time_s(bytes_, size, stride, domain, up_bw, up_alpha, out_bw, out_alpha):
+    """Hierarchical all-reduce of a placed group (NCCL runs one ring or tree per NIC): reduce-scatter
+    inside each domain, all-reduce of bytes/n_local across domains, all-gather inside. A group
+    inside one domain is a plain ring on the scale-up fabric."""
+    n_local, n_domains = placement(size, stride, domain)
+    return hierarchical_all_reduce_time_s(bytes_, n_local, n_domains, up_bw, up_alpha, out_bw, out_alpha)
+
+
+def group_all_gather_time_s(bytes_, size, stride, domain, up_bw, up_alpha, out_bw, out_alpha):
+    """Hierarchical all-gather (also the time of a reduce-scatter): across domains first, among
+    same-position peers, then inside each domain. `bytes_` is the gathered size."""
+    n_local, n_domains = placement(size, stride, domain)
+    across = all_gather_time_s(bytes_ / n_local, n_domains, out_bw, out_alpha)
+    return across + all_gather_time_s(bytes_, n_local, up_bw, up_alpha)
+
+
+def group_all_to_all_time_s(bytes_, size, stride, domain, up_bw, up_alpha, out_bw, out_alpha):
+    """All-to-all of a placed group: the share of the buffer that leaves the domain goes through
+    each member's NIC, the rest over the scale-up fabric."""
+    n_local, _ = placement(size, stride, domain)
+    leaving = (size - n_local) / size
+    inside = (n_local - 1.0) / size
+    across = _only_groups(size - n_local + 1.0, leaving * bytes_ / out_bw + (size - n_local) * out_alpha)
+    return _only_groups(size, across + _only_groups(n_local, inside * bytes_ / up_bw + (n_local - 1.0) * up_alpha))
+
+
+def p2p_link(size, stride, domain, up_bw, up_alpha, out_bw, out_alpha):
+    """Slowest link of a chain of `size` ranks `stride` apart (a pipeline): the NIC as soon as the
+    chain leaves one scale-up domain. Returns `(bw, alpha)`."""
+    crosses = size * stride > domain
+    return torch.where(crosses, out_bw, up_bw), torch.where(crosses, out_alpha, up_alpha)

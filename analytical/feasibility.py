@@ -1,0 +1,85 @@
+"""Feasibility rules: which designs can run, and the first reason why one cannot.
+
+A design that cannot run is an answer (`feasible=False` and a reason code), not an error. Codes
+are checked in the order of `Reason`; the first rule a design breaks is its reason.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import torch
+
+from analytical.design import DesignBatch, KIND_CODES, PRECISION_CODES
+
+
+class Reason(IntEnum):
+    OK = 0
+    DEGREES_NOT_DEVICES = 1
+    TP_NOT_DIVIDING_HEADS = 2
+    PP_NOT_DIVIDING_LAYERS = 3
+    BATCH_NOT_DIVISIBLE = 4
+    CP_NOT_DIVIDING_SEQUENCE = 5
+    EP_INVALID = 6
+    VP_INVALID = 7
+    MAPPING_UNSUPPORTED_BY_MODEL = 8
+    ZERO_WITH_PIPELINE = 9
+    PRECISION_UNSUPPORTED = 10
+    NO_SCALE_OUT_LINK = 11
+    OUT_OF_MEMORY = 12
+
+
+REASON_TEXT = {
+    Reason.OK: "ok",
+    Reason.DEGREES_NOT_DEVICES: "tp * pp * dp * cp differs from the number of devices",
+    Reason.TP_NOT_DIVIDING_HEADS: "tp does not divide the attention (or key-value) heads, or the "
+                                  "sequence under sequence parallelism",
+    Reason.PP_NOT_DIVIDING_LAYERS: "pp * vp does not divide the number of layers",
+    Reason.BATCH_NOT_DIVISIBLE: "global batch is not a multiple of dp * micro_batch_size",
+    Reason.CP_NOT_DIVIDING_SEQUENCE: "2 * cp does not divide the sequence length",
+    Reason.EP_INVALID: "ep must divide both num_experts and dp",
+    Reason.VP_INVALID: "interleaving (vp > 1) needs pp > 1 and a micro-batch count divisible by pp",
+    Reason.MAPPING_UNSUPPORTED_BY_MODEL: "tp, cp, ep and sequence parallelism apply to Transformers only",
+    Reason.ZERO_WITH_PIPELINE: "ZeRO stages 2 and 3 cannot be combined with pipeline parallelism",
+    Reason.PRECISION_UNSUPPORTED: "the accelerator has no peak rate for this precision",
+    Reason.NO_SCALE_OUT_LINK: "the devices span several scale-up domains but have no scale-out bandwidth",
+    Reason.OUT_OF_MEMORY: "does not fit in device memory",
+}
+
+
+def _divides(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """True where integer-valued a divides integer-valued b."""
+    return torch.remainder(b, a) == 0
+
+
+def mapping_reasons(d: DesignBatch, peak_flops_per_s: torch.Tensor) -> torch.Tensor:
+    """`(batch,)` int64 reason codes of every rule except memory (0 = all rules hold)."""
+    transformer = d.kind == KIND_CODES["transformer"]
+    micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
+    checks = [
+        (Reason.DEGREES_NOT_DEVICES, d.tp * d.pp * d.dp * d.cp == d.num_devices),
+        (Reason.TP_NOT_DIVIDING_HEADS,
+         ~transformer | (_divides(d.tp, d.num_heads) & _divides(d.tp, d.num_kv_heads)
+                         & ((d.sequence_parallel == 0) | _divides(d.tp * d.cp, d.seq_length)))),
+        (Reason.PP_NOT_DIVIDING_LAYERS, _divides(d.pp * d.vp, d.num_layers)),
+        (Reason.BATCH_NOT_DIVISIBLE, _divides(d.dp * d.micro_batch_size, d.global_batch_size)),
+        (Reason.CP_NOT_DIVIDING_SEQUENCE, (d.cp == 1) | _divides(2.0 * d.cp, d.seq_length)),
+        (Reason.EP_INVALID, _divides(d.ep, d.num_experts) & _divides(d.ep, d.dp)),
+        (Reason.VP_INVALID, (d.vp == 1) | ((d.pp > 1) & (torch.remainder(micro_batches, d.pp) == 0))),
+        (Reason.MAPPING_UNSUPPORTED_BY_MODEL,
+         transformer | ((d.tp == 1) & (d.cp == 1) & (d.ep == 1) & (d.sequence_parallel == 0))),
+        (Reason.ZERO_WITH_PIPELINE, (d.zero_stage < 2) | (d.pp == 1)),
+        (Reason.PRECISION_UNSUPPORTED, peak_flops_per_s > 0),
+        (Reason.NO_SCALE_OUT_LINK, (d.num_devices <= d.scale_up_domain) | (d.scale_out_bw_bytes_per_s > 0)),
+    ]
+    reason = torch.zeros(d.batch_size, dtype=torch.int64)
+    for code, holds in reversed(checks):  # earlier rules overwrite later ones
+        reason = torch.where(holds, reason, torch.full_like(reason, int(code)))
+    return reason
+
+
+def peak_for_precision(d: DesignBatch) -> torch.Tensor:
+    """`(batch,)` dense peak FLOP/s of the accelerator at the mapping's precision (0 = unsupported)."""
+    table = torch.stack([d.peak_fp32_flops_per_s, d.peak_tf32_flops_per_s, d.peak_fp16_flops_per_s,
+                         d.peak_bf16_flops_per_s, d.peak_fp8_flops_per_s], dim=-1)
+    return table.gather(-1, d.precision.long().clamp(0, len(PRECISION_CODES) - 1).unsqueeze(-1)).squeeze(-1)

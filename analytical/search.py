@@ -1,0 +1,301 @@
+"""Best parallel mapping of a model on a system: enumerate every valid mapping, evaluate all at once.
+
+`enumerate_mappings` builds the candidate grid with tensor operations (staged cartesian products,
+each followed by a vectorised divisibility filter; no Python loop per mapping) and returns it as a
+`DesignBatch` whose hardware, system and model fields are expanded from one template design.
+`best_mappings` evaluates the grid in a few chunked `evaluate` calls, keeps the feasible designs
+and returns the `top_k` fastest.
+
+The space searched (defaults of `SearchOptions`):
+
+- tp, pp, cp: every divisor of num_devices with tp * pp * cp dividing it; dp = num_devices /
+  (tp pp cp) (exact factorizations only). Transformers only: tp divides the query and key-value
+  heads, 2 cp divides the sequence. pp divides the layers. LSTM and GEMM workloads: tp = cp = 1.
+- ep: divisors of num_experts that divide dp (1 for dense models).
+- micro_batch_size: powers of two <= 16 with dp * micro_batch_size dividing the global batch
+  (`all_divisors=True`: every integer <= the cap that divides).
+- vp: 1, and for pp > 1 the powers of two <= 8 with pp * vp dividing the layers and the
+  micro-batch count divisible by pp (Megatron's interleaved schedule).
+- sequence_parallel: off, and on where tp > 1 and tp * cp divides the sequence.
+- recompute: none, selective, full.
+- (zero_stage, distributed_optimizer): (0, off), (0, on), (1, off), (2, off), (3, off); stages 2
+  and 3 only without pipeline parallelism.
+- precision, flash_attention, overlap_dp_comm, overlap_tp_comm: as given (not searched).
+
+Every rule of `analytical.feasibility` except memory (and an unsupported precision, which makes
+every mapping infeasible) is applied while enumerating, so each enumerated mapping is infeasible
+only if it does not fit in memory; `evaluate` decides that. GPT-3 175B on 1024 GPUs with a global
+batch of 1536 gives ~43k mappings (a few seconds on 2 CPU cores).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from analytical.design import (DTYPE, PRECISION_CODES, RECOMPUTE_CODES, DesignBatch, KIND_CODES,
+                               single_design)
+from analytical.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from analytical.specs import (PRECISIONS, RECOMPUTE, AcceleratorSpec, MappingSpec, ModelSpec, SpecError,
+                              SystemSpec)
+from analytical.step import StepResult, evaluate
+
+MAPPING_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "micro_batch_size", "recompute",
+                  "zero_stage", "distributed_optimizer")
+# (zero_stage, distributed_optimizer): the distributed optimizer is Megatron's ZeRO-1, so it is only
+# searched on top of stage 0.
+ZERO_CONFIGS = ((0, 0), (0, 1), (1, 0), (2, 0), (3, 0))
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Which mappings `enumerate_mappings` generates, and how `best_mappings` evaluates them."""
+
+    flash_attention: bool = True
+    overlap_dp_comm: bool = False
+    overlap_tp_comm: bool = False
+    max_micro_batch_size: int = 16
+    max_vp: int = 8
+    all_divisors: bool = False  # micro-batch and vp: every integer up to the cap, not powers of two
+    recompute: tuple[str, ...] = RECOMPUTE
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    distributed_optimizer: bool = True  # also search the distributed optimizer (with ZeRO stage 0)
+    sequence_parallel: bool = True  # also search sequence parallelism (where tp > 1)
+    context_parallel: bool = True  # cp > 1 allowed (Transformers)
+    chunk_size: int = 1 << 16  # designs per evaluate call (16k-64k keep temporaries in cache)
+
+    def validate(self) -> "SearchOptions":
+        for name in ("max_micro_batch_size", "max_vp", "chunk_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SpecError("search", name, value, "an integer >= 1")
+        for value in self.recompute:
+            if value not in RECOMPUTE:
+                raise SpecError("search", "recompute", value, "one of " + ", ".join(RECOMPUTE))
+        for value in self.zero_stages:
+            if value not in (0, 1, 2, 3):
+                raise SpecError("search", "zero_stages", value, "0, 1, 2 or 3")
+        if not self.recompute or not self.zero_stages:
+            raise SpecError("search", "recompute/zero_stages", (), "at least one value")
+        return self
+
+
+DEFAULT_OPTIONS = SearchOptions()
+
+
+@dataclass
+class SearchResult:
+    """The `top_k` fastest feasible mappings, fastest first (fewer if fewer are feasible)."""
+
+    designs: DesignBatch  # the top-k designs, `(k,)` per field
+    result: StepResult  # their evaluation, same order
+    mappings: list[MappingSpec]  # the same designs as specs (for printing, configs, JSON)
+    rows: list[dict]  # `StepResult.row` of each
+    num_enumerated: int
+    num_feasible: int
+    search_s: float  # wall time of enumeration, evaluation and selection
+
+    @property
+    def best(self) -> Optional[MappingSpec]:
+        return self.mappings[0] if self.mappings else None
+
+    @property
+    def best_row(self) -> Optional[dict]:
+        return self.rows[0] if self.rows else None
+
+
+def _divisors(n: int) -> list[int]:
+    return [i for i in range(1, n + 1) if n % i == 0]
+
+
+def _candidates(cap: int, all_divisors: bool) -> list[int]:
+    if all_divisors:
+        return list(range(1, cap + 1))
+    return [2**i for i in range(int(math.log2(cap)) + 1)]
+
+
+def _long(values: Sequence[int]) -> torch.Tensor:
+    return torch.tensor(list(values), dtype=torch.int64)
+
+
+def _cross(cols: dict[str, torch.Tensor], name: str, values: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Every row of `cols` with every value of `values` as a new column `name` (row-major)."""
+    k = values.shape[0]
+    n = next(iter(cols.values())).shape[0]
+    out = {key: col.repeat_interleave(k) for key, col in cols.items()}
+    out[name] = values.repeat(n)
+    return out
+
+
+def _keep(cols: dict[str, torch.Tensor], mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {key: col[mask] for key, col in cols.items()}
+
+
+def _mapping_grid(system: SystemSpec, model: ModelSpec, global_batch_size: int,
+                  opt: SearchOptions) -> dict[str, torch.Tensor]:
+    """`(n,)` int64 columns of every candidate mapping (fields of `MAPPING_FIELDS`)."""
+    devices = system.num_devices
+    gbs = global_batch_size
+    transformer = model.kind == "transformer"
+    seq, layers, experts = model.seq_length, model.num_layers, model.num_experts
+    divisors = _divisors(devices)
+    tp_c = [t for t in divisors if model.num_heads % t == 0 and model.kv_heads % t == 0] if transformer else [1]
+    pp_c = [p for p in divisors if layers % p == 0]
+    cp_c = ([c for c in divisors if c == 1 or seq % (2 * c) == 0]
+            if transformer and opt.context_parallel else [1])
+    ep_c = [e for e in _divisors(experts) if devices % e == 0] if transformer else [1]
+
+    degrees = torch.cartesian_prod(_long(tp_c), _long(pp_c), _long(cp_c)).reshape(-1, 3)
+    cols = {"tp": degrees[:, 0], "pp": degrees[:, 1], "cp": degrees[:, 2]}
+    model_parallel = cols["tp"] * cols["pp"] * cols["cp"]
+    cols = _keep(cols, devices % model_parallel == 0)
+    cols["dp"] = devices // (cols["tp"] * cols["pp"] * cols["cp"])
+    cols = _keep(cols, gbs % cols["dp"] == 0)
+
+    cols = _cross(cols, "ep", _long(ep_c))
+    cols = _keep(cols, cols["dp"] % cols["ep"] == 0)
+
+    mbs_c = _candidates(opt.max_micro_batch_size, opt.all_divisors)
+    cols = _cross(cols, "micro_batch_size", _long(mbs_c))
+    cols = _keep(cols, gbs % (cols["dp"] * cols["micro_batch_size"]) == 0)
+
+    vp_c = _candidates(opt.max_vp, opt.all_divisors)
+    cols = _cross(cols, "vp", _long(vp_c))
+    micro_batches = gbs // (cols["dp"] * cols["micro_batch_size"])
+    pp, vp = cols["pp"], cols["vp"]
+    cols = _keep(cols, (layers % (pp * vp) == 0)
+                 & ((vp == 1) | ((pp > 1) & (micro_batches % pp == 0))))
+
+    sp_c = [0, 1] if opt.sequence_parallel and transformer else [0]
+    cols = _cross(cols, "sequence_parallel", _long(sp_c))
+    sp = cols["sequence_parallel"]
+    cols = _keep(cols, (sp == 0) | ((cols["tp"] > 1) & (seq % (cols["tp"] * cols["cp"]) == 0)))
+
+    cols = _cross(cols, "recompute", _long(sorted(RECOMPUTE_CODES[r] for r in set(opt.recompute))))
+
+    zero_configs = [(z, o) for z, o in ZERO_CONFIGS
+                    if z in opt.zero_stages and (o == 0 or (opt.distributed_optimizer and 0 in opt.zero_stages))]
+    cols = _cross(cols, "zero_config", torch.arange(len(zero_configs)))
+    table = _long([z for z, _ in zero_configs]), _long([o for _, o in zero_configs])
+    cols["zero_stage"] = table[0][cols["zero_config"]]
+    cols["distributed_optimizer"] = table[1][cols.pop("zero_config")]
+    cols = _keep(cols, (cols["zero_stage"] < 2) | (cols["pp"] == 1))
+    return {name: cols[name] for name in MAPPING_FIELDS}
+
+
+def _template(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec, global_batch_size: int,
+              precision: str, opt: SearchOptions) -> DesignBatch:
+    mapping = MappingSpec(name="search-template", global_batch_size=global_batch_size, precision=precision,
+                          flash_attention=opt.flash_attention, overlap_dp_comm=opt.overlap_dp_comm,
+                          overlap_tp_comm=opt.overlap_tp_comm)
+    return single_design(accelerator, system, model, mapping)
+
+
+def enumerate_mappings(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec, global_batch_size: int,
+                       precision: str = "bf16", options: Optional[SearchOptions] = None) -> DesignBatch:
+    """Every candidate mapping of `model` on `system` (see the module docstring) as a `DesignBatch`.
+
+    Hardware, system and model fields are stride-0 views of one template design; the mapping
+    fields are contiguous float64 columns. The batch can be empty (e.g. a global batch that no
+    data-parallel degree divides).
+    """
+    opt = (options or DEFAULT_OPTIONS).validate()
+    template = _template(accelerator, system, model, global_batch_size, precision, opt)
+    grid = _mapping_grid(system, model, global_batch_size, opt)
+    n = grid["tp"].shape[0]
+    return template.expand(n).replace(**{name: col.to(DTYPE) for name, col in grid.items()})
+
+
+def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -> MappingSpec:
+    """The `MappingSpec` of design `i` of a batch (dp explicit), e.g. to print it or evaluate it again."""
+    def num(field: str) -> int:
+        return int(round(float(getattr(batch, field)[i])))
+
+    def flag(field: str) -> bool:
+        return bool(float(getattr(batch, field)[i]) != 0.0)
+
+    mapping = MappingSpec(
+        name=name or f"tp{num('tp')}-pp{num('pp')}-dp{num('dp')}-cp{num('cp')}",
+        tp=num("tp"), pp=num("pp"), dp=num("dp"), cp=num("cp"), ep=num("ep"), vp=num("vp"),
+        sequence_parallel=flag("sequence_parallel"), micro_batch_size=num("micro_batch_size"),
+        global_batch_size=num("global_batch_size"), recompute=RECOMPUTE[num("recompute")],
+        zero_stage=num("zero_stage"), distributed_optimizer=flag("distributed_optimizer"),
+        precision=PRECISIONS[num("precision")], flash_attention=flag("flash_attention"),
+        overlap_dp_comm=flag("overlap_dp_comm"), overlap_tp_comm=flag("overlap_tp_comm"))
+    return mapping.validate()
+
+
+def index_result(result: StepResult, idx: torch.Tensor | slice) -> StepResult:
+    """Rows of a `StepResult` (breakdown dictionaries included)."""
+    fields = {}
+    for f in dataclasses.fields(result):
+        value = getattr(result, f.name)
+        fields[f.name] = {k: v[idx] for k, v in value.items()} if isinstance(value, dict) else value[idx]
+    return StepResult(**fields)
+
+
+def _cat_results(results: Sequence[StepResult]) -> StepResult:
+    fields = {}
+    for f in dataclasses.fields(results[0]):
+        first = getattr(results[0], f.name)
+        if isinstance(first, dict):
+            fields[f.name] = {k: torch.cat([getattr(r, f.name)[k] for r in results]) for k in first}
+        else:
+            fields[f.name] = torch.cat([getattr(r, f.name) for r in results])
+    return StepResult(**fields)
+
+
+def _fastest_feasible(step_time_s: torch.Tensor, feasible: torch.Tensor, k: int) -> torch.Tensor:
+    """Indices of the k fastest feasible designs, ties kept in enumeration order."""
+    keyed = torch.where(feasible, step_time_s, torch.full_like(step_time_s, math.inf))
+    order = torch.sort(keyed, stable=True).indices
+    return order[: min(k, int(feasible.sum()))]
+
+
+def best_mappings(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec, global_batch_size: int,
+                  top_k: int = 10, precision: str = "bf16", flash_attention: Optional[bool] = None,
+                  overlap_dp_comm: Optional[bool] = None, overlap_tp_comm: Optional[bool] = None,
+                  options: Optional[SearchOptions] = None,
+                  eff: Efficiency = DEFAULT_EFFICIENCY) -> SearchResult:
+    """The `top_k` fastest feasible mappings of `model` on `system` for one global batch.
+
+    `flash_attention` and the overlap flags, when given, override those of `options`. An empty
+    result (no feasible mapping) is an answer, not an error.
+    """
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise SpecError("search", "top_k", top_k, "an integer >= 1")
+    start = time.perf_counter()
+    opt = options or DEFAULT_OPTIONS
+    given = {"flash_attention": flash_attention, "overlap_dp_comm": overlap_dp_comm,
+             "overlap_tp_comm": overlap_tp_comm}
+    opt = dataclasses.replace(opt, **{k: v for k, v in given.items() if v is not None})
+    designs = enumerate_mappings(accelerator, system, model, global_batch_size, precision, opt)
+    n = designs.batch_size
+
+    # per chunk keep only its own top-k, then merge: the global top-k is among them
+    kept_idx, kept_results, num_feasible = [], [], 0
+    for lo in range(0, n, opt.chunk_size):
+        chunk = designs.index(slice(lo, min(n, lo + opt.chunk_size)))
+        res = evaluate(chunk, eff)
+        num_feasible += int(res.feasible.sum())
+        local = _fastest_feasible(res.step_time_s, res.feasible, top_k)
+        kept_idx.append(local + lo)
+        kept_results.append(index_result(res, local))
+
+    if kept_results:
+        candidates, cand_idx = _cat_results(kept_results), torch.cat(kept_idx)
+    else:  # nothing enumerated: an empty batch evaluates to empty results
+        candidates, cand_idx = evaluate(designs, eff), torch.zeros(0, dtype=torch.int64)
+    pick = _fastest_feasible(candidates.step_time_s, candidates.feasible, top_k)
+    top_designs = designs.index(cand_idx[pick])
+    top_result = index_result(candidates, pick)
+    mappings = [mapping_from_batch(top_designs, i) for i in range(top_designs.batch_size)]
+    rows = [top_result.row(i) for i in range(top_designs.batch_size)]
+    return SearchResult(designs=top_designs, result=top_result, mappings=mappings, rows=rows,
+                        num_enumerated=n, num_feasible=num_feasible,
+                        search_s=time.perf_counter() - start)

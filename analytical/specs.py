@@ -1,0 +1,228 @@
+"""Human-facing specifications of one design, one dataclass per layer.
+
+These are the edge of the model: field names carry human units (TFLOP/s, GB/s, GiB, us) as they
+appear on datasheets and in configs. `analytical.design.DesignBatch` converts them to SI tensors.
+The same dataclasses are registered as Hydra structured-config schemas by `deepflow.config`,
+so a typo or a wrong type in a YAML preset fails when the config is loaded.
+
+Every spec has `validate()`, which raises `SpecError` naming the field and the allowed values.
+Validation is about *bad input* (a negative size, an unknown category). Whether a valid design can
+run (memory, divisibility of the mapping) is a feasibility answer, not an error: see
+`analytical.feasibility`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Optional
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8")
+FFN_TYPES = ("gelu", "swiglu")
+MODEL_KINDS = ("transformer", "lstm", "gemm")
+RECOMPUTE = ("none", "selective", "full")
+TOPOLOGIES = ("fat-tree", "rail-optimized", "torus")
+
+
+class SpecError(ValueError):
+    """A specification field holds a value outside its allowed set or range."""
+
+    def __init__(self, spec: str, field: str, value: Any, allowed: str):
+        self.spec, self.field, self.value, self.allowed = spec, field, value, allowed
+        super().__init__(f"{spec}.{field} = {value!r} is invalid: allowed {allowed}")
+
+
+def _check_positive(spec: str, obj: Any, names: tuple[str, ...], allow_zero: bool = False) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError(spec, name, value, "a number")
+        if value != value or value < 0 or (value == 0 and not allow_zero):
+            raise SpecError(spec, name, value, ">= 0" if allow_zero else "> 0")
+
+
+def _check_int(spec: str, obj: Any, names: tuple[str, ...], minimum: int = 1) -> None:
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise SpecError(spec, name, value, f"an integer >= {minimum}")
+
+
+def _check_choice(spec: str, obj: Any, name: str, choices: tuple[str, ...]) -> None:
+    value = getattr(obj, name)
+    if value not in choices:
+        raise SpecError(spec, name, value, "one of " + ", ".join(choices))
+
+
+def _check_bool(spec: str, obj: Any, names: tuple[str, ...]) -> None:
+    for name in names:
+        if not isinstance(getattr(obj, name), bool):
+            raise SpecError(spec, name, getattr(obj, name), "true or false")
+
+
+@dataclass
+class AcceleratorSpec:
+    """One accelerator (GPU/TPU). Peak rates are dense (no structured sparsity); 0 = unsupported."""
+
+    name: str = "accelerator"
+    peak_tflops_fp32: float = 0.0
+    peak_tflops_tf32: float = 0.0
+    peak_tflops_fp16: float = 0.0
+    peak_tflops_bf16: float = 0.0
+    peak_tflops_fp8: float = 0.0
+    compute_units: int = 1  # SMs (NVIDIA) or TensorCores (TPU)
+    sram_mib: float = 0.0  # last-level on-chip SRAM (L2 / CMEM)
+    sram_bw_tb_per_s: float = 0.0
+    hbm_gib: float = 0.0
+    hbm_bw_gb_per_s: float = 0.0
+    scale_up_bw_gb_per_s: float = 0.0  # NVLink-class, per direction per device
+    scale_out_gbit_per_s: float = 0.0  # NIC, per direction per device
+    kernel_launch_us: float = 0.0
+    tile_m: int = 128  # output tile of the tensor-core GEMM kernels (rows)
+    tile_n: int = 128  # (columns)
+    tdp_w: float = 0.0
+
+    def validate(self) -> "AcceleratorSpec":
+        spec = f"hardware[{self.name}]"
+        _check_positive(spec, self, ("peak_tflops_fp32", "peak_tflops_tf32", "peak_tflops_fp16",
+                                     "peak_tflops_bf16", "peak_tflops_fp8", "kernel_launch_us", "tdp_w",
+                                     "scale_out_gbit_per_s"), allow_zero=True)
+        _check_positive(spec, self, ("sram_mib", "sram_bw_tb_per_s", "hbm_gib", "hbm_bw_gb_per_s",
+                                     "scale_up_bw_gb_per_s"))
+        _check_int(spec, self, ("compute_units", "tile_m", "tile_n"))
+        if max(self.peak_tflops_fp32, self.peak_tflops_tf32, self.peak_tflops_fp16,
+               self.peak_tflops_bf16, self.peak_tflops_fp8) <= 0:
+            raise SpecError(spec, "peak_tflops_*", 0, "at least one precision with a peak > 0")
+        return self
+
+
+@dataclass
+class SystemSpec:
+    """A cluster of identical accelerators: nodes joined by a scale-out network."""
+
+    name: str = "system"
+    num_devices: int = 8
+    devices_per_node: int = 8
+    scale_up_domain: int = 8  # devices that share the NVLink-class fabric (8 for DGX, 72 for NVL72)
+    topology: str = "rail-optimized"
+    scale_out_gbit_per_device: Optional[float] = None  # overrides the accelerator's NIC when set
+    scale_up_latency_us: float = 2.0
+    scale_out_latency_us: float = 5.0
+    oversubscription: float = 1.0  # fat-tree taper above the leaf switches (1 = full bisection)
+
+    def validate(self) -> "SystemSpec":
+        spec = f"system[{self.name}]"
+        _check_int(spec, self, ("num_devices", "devices_per_node", "scale_up_domain"))
+        _check_choice(spec, self, "topology", TOPOLOGIES)
+        _check_positive(spec, self, ("scale_up_latency_us", "scale_out_latency_us"), allow_zero=True)
+        _check_positive(spec, self, ("oversubscription",))
+        if self.oversubscription < 1:
+            raise SpecError(spec, "oversubscription", self.oversubscription, ">= 1")
+        if self.scale_out_gbit_per_device is not None:
+            _check_positive(spec, self, ("scale_out_gbit_per_device",))
+        if self.scale_up_domain < self.devices_per_node and self.topology != "torus":
+            raise SpecError(spec, "scale_up_domain", self.scale_up_domain,
+                            f">= devices_per_node ({self.devices_per_node})")
+        return self
+
+
+@dataclass
+class ModelSpec:
+    """The workload. `transformer` covers GPT, LLaMA (GQA via num_kv_heads, SwiGLU) and MoE
+    (num_experts > 1 with top_k routing); `lstm` uses num_layers, hidden_size, vocab_size and
+    seq_length; `gemm` is a single gemm_m x gemm_n x gemm_k matrix product per step."""
+
+    name: str = "model"
+    kind: str = "transformer"
+    num_layers: int = 1
+    hidden_size: int = 1
+    num_heads: int = 1
+    num_kv_heads: Optional[int] = None  # None = num_heads (multi-head attention)
+    ffn_hidden_size: Optional[int] = None  # None = 4 * hidden_size
+    ffn_type: str = "gelu"
+    vocab_size: int = 1
+    seq_length: int = 1
+    num_experts: int = 1
+    top_k: int = 1
+    gemm_m: int = 1
+    gemm_n: int = 1
+    gemm_k: int = 1
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
+    def ffn_size(self) -> int:
+        return 4 * self.hidden_size if self.ffn_hidden_size is None else self.ffn_hidden_size
+
+    def validate(self) -> "ModelSpec":
+        spec = f"model[{self.name}]"
+        _check_choice(spec, self, "kind", MODEL_KINDS)
+        _check_choice(spec, self, "ffn_type", FFN_TYPES)
+        _check_int(spec, self, ("num_layers", "hidden_size", "num_heads", "vocab_size", "seq_length",
+                                "num_experts", "top_k", "gemm_m", "gemm_n", "gemm_k"))
+        if self.num_kv_heads is not None:
+            _check_int(spec, self, ("num_kv_heads",))
+        if self.ffn_hidden_size is not None:
+            _check_int(spec, self, ("ffn_hidden_size",))
+        if self.kind == "transformer":
+            if self.hidden_size % self.num_heads:
+                raise SpecError(spec, "num_heads", self.num_heads,
+                                f"a divisor of hidden_size ({self.hidden_size})")
+            if self.num_heads % self.kv_heads:
+                raise SpecError(spec, "num_kv_heads", self.num_kv_heads,
+                                f"a divisor of num_heads ({self.num_heads})")
+        if self.top_k > self.num_experts:
+            raise SpecError(spec, "top_k", self.top_k, f"<= num_experts ({self.num_experts})")
+        return self
+
+
+@dataclass
+class MappingSpec:
+    """How the workload is laid onto the system (the software layer).
+
+    dp = None derives data parallelism from the device count. vp > 1 selects the interleaved
+    1F1B schedule with vp model chunks per device; vp = 1 is plain 1F1B.
+    """
+
+    name: str = "mapping"
+    tp: int = 1
+    pp: int = 1
+    dp: Optional[int] = None
+    cp: int = 1
+    ep: int = 1
+    vp: int = 1
+    sequence_parallel: bool = False
+    micro_batch_size: int = 1
+    global_batch_size: int = 1
+    recompute: str = "none"
+    zero_stage: int = 0
+    distributed_optimizer: bool = False
+    precision: str = "bf16"
+    flash_attention: bool = True
+    overlap_dp_comm: bool = False
+    overlap_tp_comm: bool = False
+
+    def validate(self) -> "MappingSpec":
+        spec = f"mapping[{self.name}]"
+        _check_int(spec, self, ("tp", "pp", "cp", "ep", "vp", "micro_batch_size", "global_batch_size"))
+        if self.dp is not None:
+            _check_int(spec, self, ("dp",))
+        _check_int(spec, self, ("zero_stage",), minimum=0)
+        if self.zero_stage > 3:
+            raise SpecError(spec, "zero_stage", self.zero_stage, "0, 1, 2 or 3")
+        _check_choice(spec, self, "recompute", RECOMPUTE)
+        _check_choice(spec, self, "precision", PRECISIONS)
+        _check_bool(spec, self, ("sequence_parallel", "distributed_optimizer", "flash_attention",
+                                 "overlap_dp_comm", "overlap_tp_comm"))
+        return self
+
+
+def spec_from_dict(cls: type, values: dict[str, Any], spec_name: str) -> Any:
+    """Build a spec from a plain mapping, rejecting unknown keys with the list of known ones."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in values:
+        if key not in known:
+            raise SpecError(spec_name, key, values[key], "fields " + ", ".join(sorted(known)))
+    return cls(**values).validate()

@@ -1,0 +1,245 @@
+"""The algorithm layer: shapes, parameters, FLOPs and activation memory of a workload.
+
+Every function takes a `DesignBatch` and returns `(batch,)` tensors, or `(batch, slots)` for the
+GEMM table. Transformer conventions: `ffn_type` gelu means GPT-style (biases, LayerNorm, learned
+positions, tied output embedding); swiglu means LLaMA-style (no biases, RMSNorm, rotary positions,
+untied output layer). MoE layers (num_experts > 1) route each token to `top_k` experts.
+
+Formulas checked in tests against Narayanan et al. 2021 (FLOPs, eq. 3 and parameter count) and
+Korthikanti et al. 2022 (activation memory, Table 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from analytical.design import FFN_CODES, KIND_CODES, PRECISION_CODES, RECOMPUTE_CODES, DesignBatch
+
+GEMM_SLOTS = ("qkv", "attention_scores", "attention_values", "attention_out", "ffn_up", "ffn_down",
+              "router", "recurrent")
+
+
+def is_kind(d: DesignBatch, kind: str) -> torch.Tensor:
+    return (d.kind == KIND_CODES[kind]).to(d.tp.dtype)
+
+
+def is_swiglu(d: DesignBatch) -> torch.Tensor:
+    return (d.ffn_type == FFN_CODES["swiglu"]).to(d.tp.dtype)
+
+
+def gemm_bytes_per_element(d: DesignBatch) -> torch.Tensor:
+    """Bytes per GEMM input element: 4 (fp32/tf32), 2 (fp16/bf16), 1 (fp8)."""
+    p = d.precision
+    wide = (p <= PRECISION_CODES["tf32"]).to(p.dtype)
+    fp8 = (p == PRECISION_CODES["fp8"]).to(p.dtype)
+    return 2.0 + 2.0 * wide - fp8
+
+
+def activation_bytes_per_element(d: DesignBatch) -> torch.Tensor:
+    """Activations stay 16-bit under fp8 training (Transformer Engine keeps them in bf16)."""
+    return 2.0 + 2.0 * (d.precision <= PRECISION_CODES["tf32"]).to(d.precision.dtype)
+
+
+def head_dim(d: DesignBatch) -> torch.Tensor:
+    return d.hidden_size / d.num_heads
+
+
+def local_tokens(d: DesignBatch) -> torch.Tensor:
+    """Tokens of one micro-batch held by one context-parallel rank: b s / cp."""
+    return d.micro_batch_size * d.seq_length / d.cp
+
+
+def ffn_gate_factor(d: DesignBatch) -> torch.Tensor:
+    """Up-projection matrices per MLP: 2 for SwiGLU (gate and up), 1 for GeLU."""
+    return 1.0 + is_swiglu(d)
+
+
+@dataclass
+class Gemms:
+    """GEMM table of one layer's forward pass on one device: each field `(batch, slots)`.
+
+    `count` independent products of (m x k) @ (k x n) run as one batched kernel; `serial` such
+    kernels run one after another (LSTM time steps).
+    """
+
+    m: torch.Tensor
+    n: torch.Tensor
+    k: torch.Tensor
+    count: torch.Tensor
+    serial: torch.Tensor
+
+    def backward(self) -> tuple["Gemms", "Gemms"]:
+        """Input-gradient (m x n)@(n x k) and weight-gradient (k x m)@(m x n) GEMM tables."""
+        dgrad = Gemms(self.m, self.k, self.n, self.count, self.serial)
+        wgrad = Gemms(self.k, self.n, self.m, self.count, self.serial)
+        return dgrad, wgrad
+
+    def flops(self) -> torch.Tensor:
+        """`(batch,)` FLOPs of the table: sum of 2 m n k count serial."""
+        return (2.0 * self.m * self.n * self.k * self.count * self.serial).sum(-1)
+
+
+def layer_gemms(d: DesignBatch) -> Gemms:
+    """Per-device forward GEMMs of one layer, for every workload kind (slots in `GEMM_SLOTS`).
+
+    Attention score/value products appear only for unfused attention; flash attention is
+    modelled as one fused kernel (`attention_core_flops`).
+    """
+    tr, lstm, gemm = is_kind(d, "transformer"), is_kind(d, "lstm"), is_kind(d, "gemm")
+    t, e = d.tp, d.ep
+    h, dh, s = d.hidden_size, head_dim(d), d.seq_length
+    tokens = local_tokens(d)
+    b = d.micro_batch_size
+    heads_local = d.num_heads / t
+    unfused = tr * (1.0 - d.flash_attention)
+    expert_tokens = tokens * d.top_k * e / d.num_experts  # tokens reaching one expert of this device
+    local_experts = d.num_experts / e
+    moe = (d.num_experts > 1).to(h.dtype)
+    one = torch.ones_like(h)
+    zero = torch.zeros_like(h)
+    qkv_n = (d.num_heads + 2.0 * d.num_kv_heads) * dh / t
+    slots_m = [
+        tr * tokens + lstm * b * s + gemm * b * d.gemm_m,  # qkv (lstm: input-to-gates; gemm: b stacked)
+        s / d.cp * unfused,  # attention scores: (s/cp x dh) @ (dh x s) per head and sequence
+        s / d.cp * unfused,  # attention values: (s/cp x s) @ (s x dh)
+        tr * tokens,  # attention output projection
+        tr * expert_tokens,  # ffn up (and gate)
+        tr * expert_tokens,  # ffn down
+        tr * tokens * moe,  # router
+        lstm * b,  # recurrent hidden-to-gates, one kernel per time step
+    ]
+    slots_n = [tr * qkv_n + lstm * 4.0 * h + gemm * d.gemm_n, s, dh, h,
+               ffn_gate_factor(d) * d.ffn_hidden_size / t, h, d.num_experts, 4.0 * h]
+    slots_k = [tr * h + lstm * h + gemm * d.gemm_k, dh, s, heads_local * dh, h,
+               d.ffn_hidden_size / t, h, h]
+    slots_count = [one, b * heads_local, b * heads_local, one, local_experts, local_experts, one, one]
+    slots_serial = [one, one, one, one, one, one, one, torch.where(lstm > 0, s, one)]
+    stack = lambda xs: torch.stack(xs, dim=-1)  # noqa: E731
+    return Gemms(stack(slots_m), stack(slots_n), stack(slots_k), stack(slots_count),
+                 stack(slots_serial) + zero.unsqueeze(-1))
+
+
+def logit_gemm_flops(d: DesignBatch) -> torch.Tensor:
+    """Forward FLOPs of the output layer per micro-batch on one device: 2 (b s/cp) h V/tp."""
+    return 2.0 * local_tokens(d) * d.hidden_size * d.vocab_size / d.tp * (1.0 - is_kind(d, "gemm"))
+
+
+def attention_core_flops(d: DesignBatch) -> torch.Tensor:
+    """Forward FLOPs of QK^T and softmax(.)V per micro-batch and device: 4 b (s/cp) s h / tp.
+
+    Unfused kernels compute the full square; a causal flash kernel skips the masked half.
+    """
+    full = 4.0 * local_tokens(d) * d.seq_length * d.hidden_size / d.tp * is_kind(d, "transformer")
+    return full * (1.0 - 0.5 * d.flash_attention)
+
+
+def layer_params(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Parameters of one layer: `(dense, expert)`, whole model (not divided by any degree)."""
+    tr, lstm = is_kind(d, "transformer"), is_kind(d, "lstm")
+    h, f, dh = d.hidden_size, d.ffn_hidden_size, head_dim(d)
+    gelu = 1.0 - is_swiglu(d)
+    qkv_out = (d.num_heads + 2.0 * d.num_kv_heads) * dh
+    attention = h * qkv_out + d.num_heads * dh * h
+    norms = 2.0 * h * (1.0 + gelu)  # LayerNorm has weight and bias, RMSNorm a weight
+    biases = gelu * (qkv_out + h + f + h)
+    moe = (d.num_experts > 1).to(h.dtype)
+    router = moe * h * d.num_experts
+    expert = d.num_experts * (ffn_gate_factor(d) + 1.0) * h * f
+    dense = tr * (attention + norms + biases + router) + lstm * (8.0 * h * h + 8.0 * h)
+    gemm = is_kind(d, "gemm") * d.gemm_k * d.gemm_n
+    return dense + gemm, tr * expert
+
+
+def embedding_params(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(input, output)` embedding parameters; GPT-style models tie the output to the input."""
+    not_gemm = 1.0 - is_kind(d, "gemm")
+    gelu_tr = (1.0 - is_swiglu(d)) * is_kind(d, "transformer")
+    vh = d.vocab_size * d.hidden_size * not_gemm
+    return vh + gelu_tr * d.seq_length * d.hidden_size, vh * (1.0 - gelu_tr)
+
+
+def total_params(d: DesignBatch) -> torch.Tensor:
+    dense, expert = layer_params(d)
+    emb_in, emb_out = embedding_params(d)
+    return d.num_layers * (dense + expert) + emb_in + emb_out
+
+
+def active_params(d: DesignBatch) -> torch.Tensor:
+    """Parameters a token passes through (MoE: top_k of num_experts experts)."""
+    dense, expert = layer_params(d)
+    emb_in, emb_out = embedding_params(d)
+    return d.num_layers * (dense + expert * d.top_k / d.num_experts) + emb_in + emb_out
+
+
+def layer_forward_flops_per_sequence(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(layer, attention_core)` forward FLOPs of one layer for one sequence, whole model (no
+    parallel split), counting the full attention square as Narayanan et al. 2021 do."""
+    one = d.replace(tp=1.0, cp=1.0, ep=1.0, flash_attention=0.0, micro_batch_size=1.0)
+    return layer_gemms(one).flops(), attention_core_flops(one)
+
+
+def model_flops_per_step(d: DesignBatch) -> torch.Tensor:
+    """FLOPs of one training step without recomputation (forward + backward = 3x forward), with
+    the full (non-causal) attention square, as in Narayanan et al. 2021 eq. 3.
+
+    For GPT this equals 72 B s L h^2 (1 + s/(6h) + V/(12 L h)) with B the global batch.
+    """
+    layer, _ = layer_forward_flops_per_sequence(d)
+    one = d.replace(tp=1.0, cp=1.0, micro_batch_size=1.0)
+    return 3.0 * (d.num_layers * layer + logit_gemm_flops(one)) * d.global_batch_size
+
+
+def activation_bytes_per_layer(d: DesignBatch) -> torch.Tensor:
+    """Activation memory one layer keeps for backward, per micro-batch and device.
+
+    Korthikanti et al. 2022, Table 2, generalised to GQA, SwiGLU and MoE: with 16-bit
+    activations, b s h (10 + 24/t + 5 a s/(h t)) bytes without sequence parallelism for GPT.
+    Sequence parallelism divides the first term by t; selective recompute or flash attention drop
+    the a s^2 term; full recompute keeps only the layer input.
+    """
+    tr, lstm = is_kind(d, "transformer"), is_kind(d, "lstm")
+    t = d.tp
+    th = local_tokens(d) * d.hidden_size
+    sp_div = torch.where(d.sequence_parallel > 0, t, torch.ones_like(t))
+    replicated = 10.0 * th / sp_div  # two norm inputs, two GEMM inputs, two dropout masks
+    kv_ratio = d.num_kv_heads / d.num_heads
+    attention = (2.0 + 4.0 * kv_ratio + 2.0) * th / t  # Q, K, V, and the output-projection input
+    ffn_tensors = 2.0 + 2.0 * ffn_gate_factor(d)  # gelu: fc1 out, fc2 in; swiglu: gate, up, product
+    mlp = ffn_tensors * local_tokens(d) * d.ffn_hidden_size * d.top_k / t
+    square = 5.0 * d.micro_batch_size * d.num_heads * (d.seq_length / d.cp) * d.seq_length / t
+    keeps_square = (d.recompute == RECOMPUTE_CODES["none"]).to(t.dtype) * (1.0 - d.flash_attention)
+    softmax_stats = 4.0 * d.micro_batch_size * d.num_heads * d.seq_length / d.cp / t * d.flash_attention
+    full = tr * (replicated + attention + mlp + square * keeps_square + softmax_stats)
+    lstm_bytes = lstm * 2.0 * local_tokens(d) * d.hidden_size * 7.0  # 4 gates, cell, hidden, input
+    gemm_bytes = is_kind(d, "gemm") * 2.0 * d.micro_batch_size * d.gemm_m * d.gemm_k
+    kept = tr * 2.0 * th / sp_div  # full recompute keeps only the layer input
+    per_layer = torch.where(d.recompute == RECOMPUTE_CODES["full"], kept, full)
+    return (per_layer + lstm_bytes + gemm_bytes) * activation_bytes_per_element(d) / 2.0
+
+
+def memory_bound_bytes_per_layer(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """HBM bytes and kernel count of one layer's memory-bound kernels, forward, per device.
+
+    Norms (read + write), residual adds with dropout (two reads, a write and a 1-byte mask), the
+    activation function, MoE token permutation, and for unfused attention the scale-mask-softmax
+    and attention dropout over the a s^2 scores.
+    """
+    tr, lstm = is_kind(d, "transformer"), is_kind(d, "lstm")
+    t = d.tp
+    elem = activation_bytes_per_element(d)
+    th = local_tokens(d) * d.hidden_size
+    sp_div = torch.where(d.sequence_parallel > 0, t, torch.ones_like(t))
+    norms = 2.0 * 2.0 * th / sp_div
+    residual = 2.0 * 3.5 * th / sp_div
+    act = (2.0 + is_swiglu(d)) * local_tokens(d) * d.ffn_hidden_size * d.top_k / t
+    moe = (d.num_experts > 1).to(t.dtype)
+    permute = moe * 4.0 * th * d.top_k
+    scores = d.micro_batch_size * d.num_heads / t * (d.seq_length / d.cp) * d.seq_length
+    softmax_dropout = 4.5 * scores * (1.0 - d.flash_attention)
+    tr_bytes = tr * elem * (norms + residual + act + permute + softmax_dropout)
+    tr_kernels = tr * (5.0 + 2.0 * moe + 2.0 * (1.0 - d.flash_attention))
+    lstm_bytes = lstm * elem * 12.0 * local_tokens(d) * d.hidden_size
+    lstm_kernels = lstm * d.seq_length
+    return tr_bytes + lstm_bytes, tr_kernels + lstm_kernels

@@ -1,0 +1,133 @@
+"""The `deepflow` command line: `deepflow <command> [hydra overrides]`.
+
+Commands:
+  evaluate      time, memory and feasibility of one design, with breakdowns
+  best-mapping  the fastest feasible parallel mappings of a model on a system (top_k=...)
+  validate      predicted vs measured iteration times of a CSV of real runs (data=...)
+
+Bad input exits with status 2 and one line naming the field; nothing is evaluated before the whole
+configuration has been checked.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+USAGE = __doc__
+
+
+def _fail(message: str) -> int:
+    print(f"deepflow: error: {message}", file=sys.stderr)
+    return 2
+
+
+def cmd_evaluate(overrides: list[str]) -> int:
+    from analytical import evaluate, single_design
+    from deepflow.config import compose_config, option, specs_from_config
+    from deepflow.report import design_line, step_table
+
+    cfg = compose_config(overrides)
+    output = option(cfg, "output", ("table", "json"))
+    specs = specs_from_config(cfg)
+    result = evaluate(single_design(*specs))
+    row = result.row(0)
+    if output == "json":
+        print(json.dumps({"design": design_line(*specs), **row}))
+    else:
+        print(design_line(*specs))
+        print(step_table(row, specs[0].hbm_gib * 2.0**30))
+    return 0
+
+
+def cmd_best_mapping(overrides: list[str]) -> int:
+    from analytical.search import best_mappings
+    from deepflow.config import compose_config, option, specs_from_config
+    from deepflow.report import design_line
+
+    cfg = compose_config(overrides)
+    output = option(cfg, "output", ("table", "json"))
+    top_k = option(cfg, "top_k")
+    if not isinstance(top_k, int) or top_k < 1:
+        return _fail(f"top_k={top_k!r} is invalid: allowed an integer >= 1")
+    accelerator, system, model, mapping = specs_from_config(cfg)
+    found = best_mappings(accelerator, system, model, mapping.global_batch_size, top_k=top_k,
+                          precision=mapping.precision, flash_attention=mapping.flash_attention)
+    rows = [{"mapping": m.__dict__, **r} for m, r in zip(found.mappings, found.rows)]
+    if output == "json":
+        print(json.dumps({"enumerated": found.num_enumerated, "feasible": found.num_feasible,
+                          "search_s": found.search_s, "top": rows}))
+        return 0
+    print(f"{model.name} on {system.num_devices} x {accelerator.name}, global batch {mapping.global_batch_size}: "
+          f"{found.num_enumerated:,} mappings enumerated, {found.num_feasible:,} feasible, "
+          f"searched in {found.search_s:.2f} s")
+    if not rows:
+        print("no feasible mapping: try more devices, a smaller model or a larger memory")
+        return 1
+    print(f"{'rank':>4s} {'step_s':>9s} {'MFU':>6s} {'mem_GiB':>8s}  mapping")
+    for i, (m, r) in enumerate(zip(found.mappings, found.rows), start=1):
+        line = design_line(accelerator, system, model, m).split("; ", 1)[1]
+        print(f"{i:4d} {r['step_time_s']:9.3f} {r['mfu'] * 100:5.1f}% "
+              f"{r['memory_per_device_bytes'] / 2.0**30:8.1f}  {line}")
+    return 0
+
+
+def cmd_validate(overrides: list[str]) -> int:
+    from analytical import DEFAULT_EFFICIENCY
+    from deepflow.config import compose_config, option
+    from deepflow.report import validation_table
+    from deepflow.validation import fit_efficiency, read_rows, report
+
+    cfg = compose_config(overrides)
+    output = option(cfg, "output", ("table", "json"))
+    fit = option(cfg, "fit", (True, False))
+    rows = read_rows(str(option(cfg, "data")), flash_attention=bool(option(cfg, "flash_attention", (True, False))))
+    eff = DEFAULT_EFFICIENCY
+    result: dict = {}
+    if fit:
+        fit_on = str(option(cfg, "fit_on"))
+        train = np.array([fit_on in s for s in rows.sources])
+        if not train.any():
+            return _fail(f"fit_on={fit_on!r} matches no row's source: sources are {sorted(set(rows.sources))}")
+        eff = fit_efficiency(rows.subset(train))
+        result["fitted"] = {"on": fit_on, "n": int(train.sum()), "constants": eff.as_dict()}
+        if (~train).any():
+            result["held_out"] = report(rows.subset(~train), eff)["summary"]
+    result.update(report(rows, eff))
+    if output == "json":
+        print(json.dumps(result))
+        return 0
+    print(validation_table(result))
+    if fit:
+        print(f"\nfitted on {result['fitted']['n']} rows whose source contains {result['fitted']['on']!r}: "
+              + ", ".join(f"{k}={v:.4g}" for k, v in result["fitted"]["constants"].items()))
+        if "held_out" in result:
+            h = result["held_out"]
+            print(f"held out ({h['n']} rows): mean |error| = {h['mape']:.1%}, max |error| = {h['max_abs_error']:.1%}")
+    return 0
+
+
+COMMANDS = {"evaluate": cmd_evaluate, "best-mapping": cmd_best_mapping, "validate": cmd_validate}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, overrides = argv[0], argv[1:]
+    if command not in COMMANDS:
+        return _fail(f"unknown command {command!r}: allowed {', '.join(COMMANDS)}")
+    from analytical.specs import SpecError
+    from deepflow.presets import ConfigError
+
+    try:
+        return COMMANDS[command](overrides)
+    except (ConfigError, SpecError) as exc:
+        return _fail(str(exc))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Compose the Hydra configuration of a command and turn it into validated specs.
+
+The CLI uses Hydra's compose API (no working-directory change, no log files), so
+`deepflow evaluate model=llama3-70b mapping.tp=4` behaves like any Hydra app's overrides while
+every error comes back as one `ConfigError` line that names the field.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from deepflow.presets import CONF_DIR, GROUP_SPECS, ConfigError, available, to_spec
+
+
+def _explain(exc: Exception, overrides: list[str]) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    missing = re.search(r"Could not find '(\w+)/([^']+)'", text)
+    if missing and missing.group(1) in GROUP_SPECS:
+        group, name = missing.groups()
+        return f"{group}={name!r} is not a known preset: allowed {', '.join(available(group))}"
+    for group in GROUP_SPECS:
+        for override in overrides:
+            key, _, value = override.partition("=")
+            if key.lstrip("+~") == group and value and value not in available(group):
+                return f"{group}={value!r} is not a known preset: allowed {', '.join(available(group))}"
+    return text
+
+
+def compose_config(overrides: list[str], config_name: str = "config") -> DictConfig:
+    """The composed config for `overrides` (Hydra syntax), or a ConfigError naming the problem."""
+    for override in overrides:
+        if "=" not in override:
+            raise ConfigError(f"argument {override!r} is not an override: use key=value (e.g. model=gpt3-175b)")
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return compose(config_name=config_name, overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(_explain(exc, overrides)) from None
+
+
+def specs_from_config(cfg: DictConfig) -> tuple[Any, Any, Any, Any]:
+    """`(accelerator, system, model, mapping)` specs of a composed config, validated."""
+    return tuple(to_spec(group, cfg[group]) for group in ("hardware", "system", "model", "mapping"))
+
+
+def option(cfg: DictConfig, key: str, allowed: tuple | None = None) -> Any:
+    """A top-level option of the config, checked against `allowed` values."""
+    value = OmegaConf.select(cfg, key)
+    if allowed is not None and value not in allowed:
+        raise ConfigError(f"{key}={value!r} is invalid: allowed {', '.join(map(str, allowed))}")
+    return value

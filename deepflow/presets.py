@@ -1,0 +1,67 @@
+"""Presets: the YAML files of the Hydra config groups in conf/, loaded as validated specs.
+
+A preset is data (conf/<group>/<name>.yaml); this module turns a group entry (a preset name, or a
+mapping of fields) into the spec dataclass of `analytical.specs`, through an OmegaConf structured
+config so that a wrong type or an unknown key fails with the field's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from analytical.specs import AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+GROUP_SPECS: dict[str, type] = {
+    "hardware": AcceleratorSpec,
+    "system": SystemSpec,
+    "model": ModelSpec,
+    "mapping": MappingSpec,
+}
+
+
+class ConfigError(ValueError):
+    """Bad input in a config or on the command line; the message names the field."""
+
+
+def available(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def preset_dict(group: str, name: str) -> dict[str, Any]:
+    path = CONF_DIR / group / f"{name}.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{group}={name!r} is not a known preset: allowed {', '.join(available(group))}")
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+
+
+def to_spec(group: str, values: dict[str, Any] | DictConfig) -> Any:
+    """Validate a group's fields against its schema and return the spec dataclass."""
+    cls = GROUP_SPECS[group]
+    known = {f.name for f in dataclasses.fields(cls)}
+    values = OmegaConf.to_container(values, resolve=True) if isinstance(values, DictConfig) else dict(values)
+    for key in values:
+        if key not in known:
+            raise ConfigError(f"{group}.{key} is not a field of {group}: allowed {', '.join(sorted(known))}")
+    try:
+        typed = OmegaConf.merge(OmegaConf.structured(cls), values)
+        spec = OmegaConf.to_object(typed)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or getattr(exc, "key", "")
+        raise ConfigError(f"{group}.{key}: {str(exc).splitlines()[0]}") from None
+    try:
+        return spec.validate()
+    except SpecError as exc:
+        raise ConfigError(f"{group}.{exc.field} = {exc.value!r} is invalid: allowed {exc.allowed}") from None
+
+
+def load_preset(group: str, name: str, **overrides: Any) -> Any:
+    """A preset by name, with optional field overrides, as a validated spec."""
+    values = preset_dict(group, name)
+    values.update(overrides)
+    return to_spec(group, values)

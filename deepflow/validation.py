@@ -1,0 +1,191 @@
+"""Judge the analytical model against measured training runs.
+
+Two CSV schemas are understood (see experiments/validation/README.md):
+- the published-runs schema (`id, model, num_layers, ..., measured_iter_time_s`), any rows, any
+  GPU preset of conf/hardware and any precision;
+- the vTrain schema (`Parameters (billion), # GPUs, ..., iteration time (ms)`): Megatron-DeepSpeed
+  GPT runs on A100 nodes with full activation checkpointing; ranking quality matters there, so
+  Kendall tau per model is reported.
+
+`fit_efficiency` fits the few global constants of `analytical.efficiency.Efficiency` on some rows
+(least squares on log time); never per row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from analytical import Efficiency, SystemSpec, evaluate, stack_designs
+from analytical.specs import MappingSpec, ModelSpec
+from deepflow.presets import ConfigError, load_preset
+
+PUBLISHED_REQUIRED = ("id", "num_layers", "hidden_size", "num_heads", "vocab_size", "seq_length", "precision",
+                      "gpu", "num_gpus", "gpus_per_node", "tp", "pp", "dp", "micro_batch_size",
+                      "global_batch_size", "recompute", "measured_iter_time_s")
+VTRAIN_REQUIRED = ("Parameters (billion)", "# GPUs", "global batch", "micro batch", "hidden size",
+                   "attention heads", "# layers", "sequence length", "tensor parallelism",
+                   "data parallelism", "pipeline parallelism", "iteration time (ms)")
+# vTrain's repository states ~800 Gb/s between nodes of 8 A100s (taken as 100 Gb/s per GPU), full
+# activation checkpointing, GPT vocabulary; precision and memory size are not stated.
+VTRAIN_DEFAULTS = {"gpu": "a100-sxm-80gb", "scale_out_gbit_per_gpu": 100.0, "precision": "fp16",
+                   "vocab_size": 51200, "gpus_per_node": 8, "recompute": "full"}
+
+
+@dataclass
+class Rows:
+    """Validation rows as specs plus what was measured."""
+
+    ids: list[str]
+    groups: list[str]  # the model (for ranking) or source of each row
+    sources: list[str]
+    specs: list[tuple]  # (accelerator, system, model, mapping)
+    measured_s: np.ndarray
+
+    def subset(self, mask: np.ndarray) -> "Rows":
+        keep = np.flatnonzero(mask)
+        return Rows([self.ids[i] for i in keep], [self.groups[i] for i in keep],
+                    [self.sources[i] for i in keep], [self.specs[i] for i in keep], self.measured_s[keep])
+
+
+def _opt(row: pd.Series, key: str, default):
+    value = row.get(key, default)
+    return default if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
+    where = f"row {row['id']}"
+    try:
+        accelerator = load_preset("hardware", str(row["gpu"]))
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: gpu: {exc}") from None
+    system = SystemSpec(name="cluster", num_devices=int(row["num_gpus"]),
+                        devices_per_node=int(row["gpus_per_node"]), scale_up_domain=int(row["gpus_per_node"]),
+                        scale_out_gbit_per_device=float(_opt(row, "scale_out_gbit_per_gpu",
+                                                             accelerator.scale_out_gbit_per_s)))
+    heads = int(row["num_heads"])
+    model = ModelSpec(name=str(_opt(row, "model", "model")), num_layers=int(row["num_layers"]),
+                      hidden_size=int(row["hidden_size"]), num_heads=heads,
+                      num_kv_heads=int(_opt(row, "num_kv_heads", heads)),
+                      ffn_hidden_size=int(_opt(row, "ffn_hidden_size", 4 * int(row["hidden_size"]))),
+                      ffn_type=str(_opt(row, "ffn_type", "gelu")), vocab_size=int(row["vocab_size"]),
+                      seq_length=int(row["seq_length"]))
+    mapping = MappingSpec(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), cp=int(_opt(row, "cp", 1)),
+                          vp=int(_opt(row, "vp", 1)), sequence_parallel=bool(int(_opt(row, "sequence_parallel", 0))),
+                          micro_batch_size=int(row["micro_batch_size"]),
+                          global_batch_size=int(row["global_batch_size"]), recompute=str(row["recompute"]),
+                          zero_stage=int(_opt(row, "zero_stage", 0)),
+                          distributed_optimizer=bool(int(_opt(row, "distributed_optimizer", 0))),
+                          precision=str(row["precision"]),
+                          flash_attention=bool(int(_opt(row, "flash_attention", int(flash_attention)))))
+    for spec in (system, model, mapping):
+        try:
+            spec.validate()
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    return accelerator, system, model, mapping
+
+
+def _vtrain_row(row: pd.Series) -> dict:
+    v = VTRAIN_DEFAULTS
+    return {"id": f"vtrain-{row['Parameters (billion)']}B-t{row['tensor parallelism']}-d{row['data parallelism']}"
+                  f"-p{row['pipeline parallelism']}-mb{row['micro batch']}-gb{row['global batch']}",
+            "source": "vTrain (MICRO 2024) ground truth", "model": f"gpt-{row['Parameters (billion)']}B",
+            "num_layers": row["# layers"], "hidden_size": row["hidden size"], "num_heads": row["attention heads"],
+            "vocab_size": v["vocab_size"], "seq_length": row["sequence length"], "precision": v["precision"],
+            "gpu": v["gpu"], "num_gpus": row["# GPUs"], "gpus_per_node": v["gpus_per_node"],
+            "scale_out_gbit_per_gpu": v["scale_out_gbit_per_gpu"], "tp": row["tensor parallelism"],
+            "pp": row["pipeline parallelism"], "dp": row["data parallelism"], "micro_batch_size": row["micro batch"],
+            "global_batch_size": row["global batch"], "recompute": v["recompute"],
+            "measured_iter_time_s": row["iteration time (ms)"] / 1000.0}
+
+
+def is_vtrain(frame: pd.DataFrame) -> bool:
+    return all(c in frame.columns for c in VTRAIN_REQUIRED)
+
+
+def read_rows(path: str, flash_attention: bool = False) -> Rows:
+    """Read a CSV of either schema; a missing column or a bad value names the column and row."""
+    try:
+        frame = pd.read_csv(path)
+    except FileNotFoundError:
+        raise ConfigError(f"data={path!r}: no such file") from None
+    vtrain = is_vtrain(frame)
+    if vtrain:
+        frame = pd.DataFrame([_vtrain_row(r) for _, r in frame.iterrows()])
+    missing = [c for c in PUBLISHED_REQUIRED if c not in frame.columns]
+    if missing:
+        raise ConfigError(f"data={path!r}: missing columns {', '.join(missing)} (the schema is in "
+                          "experiments/validation/README.md, or use a vTrain CSV)")
+    specs = [_published_specs(row, flash_attention) for _, row in frame.iterrows()]
+    groups = [str(m) for m in frame["model"]] if "model" in frame.columns else list(frame["id"])
+    sources = [str(s).split(";")[0].split(" Table")[0] for s in frame.get("source", frame["id"])]
+    return Rows(list(map(str, frame["id"])), groups, sources, specs,
+                frame["measured_iter_time_s"].to_numpy(dtype=float))
+
+
+def predict(rows: Rows, eff: Efficiency) -> dict[str, np.ndarray]:
+    """Predicted iteration time, feasibility and reason of every row, in one batched call."""
+    batch = stack_designs(*zip(*rows.specs))
+    result = evaluate(batch, eff)
+    return {"predicted_s": result.step_time_s.numpy(), "feasible": result.feasible.numpy(),
+            "reason": result.reason.numpy()}
+
+
+def kendall_tau(x: np.ndarray, y: np.ndarray) -> float:
+    """Kendall's tau-b of two equally long arrays (scipy's implementation)."""
+    from scipy.stats import kendalltau
+
+    return float(kendalltau(x, y).statistic) if len(x) > 1 else float("nan")
+
+
+def report(rows: Rows, eff: Efficiency) -> dict:
+    """`{"summary": {...}, "rows": [...], "by_group": {...}}` with signed errors as fractions."""
+    pred = predict(rows, eff)
+    error = pred["predicted_s"] / rows.measured_s - 1.0
+    abs_err = np.abs(error)
+    out_rows = [{"id": i, "predicted_s": float(p), "measured_s": float(m), "error": float(e),
+                 "feasible": bool(f)}
+                for i, p, m, e, f in zip(rows.ids, pred["predicted_s"], rows.measured_s, error, pred["feasible"])]
+    by_group = {}
+    for group in dict.fromkeys(rows.groups):
+        idx = np.array([g == group for g in rows.groups])
+        by_group[group] = {"n": int(idx.sum()), "mape": float(abs_err[idx].mean()),
+                           "kendall_tau": kendall_tau(pred["predicted_s"][idx], rows.measured_s[idx])}
+    summary = {"n": len(rows.ids), "mape": float(abs_err.mean()), "max_abs_error": float(abs_err.max()),
+               "median_abs_error": float(np.median(abs_err)), "mean_signed_error": float(error.mean()),
+               "infeasible_rows": int((~pred["feasible"]).sum())}
+    taus = [g["kendall_tau"] for g in by_group.values() if g["n"] > 2]
+    if taus:
+        summary["min_kendall_tau"] = float(min(taus))
+    return {"summary": summary, "rows": out_rows, "by_group": by_group}
+
+
+FIT_FIELDS = ("gemm_peak_fraction", "gemm_tile_overhead_k", "hbm_bw_fraction", "scale_out_bw_fraction",
+              "zero3_comm_fraction", "layer_overhead_s")
+FIT_BOUNDS = {"gemm_peak_fraction": (0.5, 1.0), "gemm_tile_overhead_k": (0.0, 2048.0), "hbm_bw_fraction": (0.3, 1.0),
+              "scale_out_bw_fraction": (0.1, 1.0), "zero3_comm_fraction": (0.02, 1.0), "layer_overhead_s": (0.0, 5e-3)}
+
+
+def fit_efficiency(rows: Rows, start: Efficiency = Efficiency(), fields: tuple[str, ...] = FIT_FIELDS) -> Efficiency:
+    """Least squares on log(predicted / measured) over `rows`, bounded per field."""
+    from scipy.optimize import least_squares
+
+    batch = stack_designs(*zip(*rows.specs))
+    log_measured = torch.as_tensor(np.log(rows.measured_s))
+    lo = np.array([FIT_BOUNDS[f][0] for f in fields])
+    hi = np.array([FIT_BOUNDS[f][1] for f in fields])
+    scale = hi - lo
+
+    def residuals(z: np.ndarray) -> np.ndarray:
+        eff = dataclasses.replace(start, **{f: float(v) for f, v in zip(fields, lo + z * scale)})
+        return (torch.log(evaluate(batch, eff).step_time_s) - log_measured).numpy()
+
+    z0 = np.clip((np.array([getattr(start, f) for f in fields]) - lo) / scale, 0.0, 1.0)
+    best = least_squares(residuals, z0, bounds=(0.0, 1.0), diff_step=1e-3, loss="soft_l1", f_scale=0.05)
+    return dataclasses.replace(start, **{f: float(v) for f, v in zip(fields, lo + best.x * scale)})

@@ -1,0 +1,65 @@
+"""analytical.design: human units to SI tensors, and batch helpers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from analytical import DesignBatch, MappingSpec, SpecError, single_design, stack_designs
+from analytical.design import DTYPE, KIND_CODES, PRECISION_CODES, RECOMPUTE_CODES, TOPOLOGY_CODES
+
+
+def test_units(a100, system, gpt3, design):
+    d = design(a100, system, gpt3, MappingSpec(precision="fp16", recompute="full"))
+    assert d.batch_size == 1
+    assert all(v.dtype == DTYPE and v.shape == (1,) for v in d.fields().values())
+    assert float(d.peak_fp16_flops_per_s[0]) == 312e12
+    assert float(d.hbm_bytes[0]) == 80 * 2**30
+    assert float(d.hbm_bw_bytes_per_s[0]) == 2039e9
+    assert float(d.sram_bytes[0]) == 40 * 2**20
+    assert float(d.sram_bw_bytes_per_s[0]) == 7e12
+    assert float(d.scale_up_bw_bytes_per_s[0]) == 300e9
+    assert float(d.scale_out_bw_bytes_per_s[0]) == 25e9  # 200 Gbit/s
+    assert float(d.kernel_launch_s[0]) == pytest.approx(4e-6)
+    assert float(d.scale_out_latency_s[0]) == pytest.approx(5e-6)
+    assert float(d.precision[0]) == PRECISION_CODES["fp16"]
+    assert float(d.recompute[0]) == RECOMPUTE_CODES["full"]
+    assert float(d.kind[0]) == KIND_CODES["transformer"]
+    assert float(d.topology[0]) == TOPOLOGY_CODES["rail-optimized"]
+    assert float(d.ffn_hidden_size[0]) == 4 * 12288
+    assert float(d.num_kv_heads[0]) == 96
+
+
+def test_system_nic_overrides_the_accelerator(a100, system, gpt3, replace):
+    d = single_design(a100, replace(system, scale_out_gbit_per_device=400.0), gpt3, MappingSpec())
+    assert float(d.scale_out_bw_bytes_per_s[0]) == 50e9
+
+
+@pytest.mark.parametrize("devices,tp,pp,cp,dp", [(1024, 8, 16, 1, 8), (64, 2, 2, 2, 8), (8, 8, 1, 1, 1),
+                                                 (4, 8, 1, 1, 1)])
+def test_dp_is_derived_from_devices(a100, make_system, gpt3, devices, tp, pp, cp, dp):
+    d = single_design(a100, make_system(devices), gpt3, MappingSpec(tp=tp, pp=pp, cp=cp))
+    assert float(d.dp[0]) == dp
+
+
+def test_stack_designs_validates_and_checks_lengths(a100, system, gpt3):
+    with pytest.raises(SpecError):
+        single_design(a100, system, gpt3, MappingSpec(tp=0))
+    with pytest.raises(ValueError):
+        stack_designs([a100, a100], [system], [gpt3], [MappingSpec()])
+    with pytest.raises(ValueError):
+        stack_designs([], [], [], [])
+
+
+def test_batch_helpers(a100, h100, system, gpt3, lstm):
+    batch = stack_designs([a100, h100], [system, system], [gpt3, lstm], [MappingSpec(), MappingSpec(tp=1)])
+    assert batch.batch_size == 2
+    assert torch.equal(batch.index(torch.tensor([1])).kind, torch.tensor([KIND_CODES["lstm"]], dtype=DTYPE))
+    assert DesignBatch.cat([batch, batch]).batch_size == 4
+    assert batch.index(slice(0, 1)).expand(7).batch_size == 7
+    with pytest.raises(ValueError):
+        batch.expand(3)
+    changed = batch.replace(tp=4, hbm_bytes=torch.tensor([1.0, 2.0], dtype=DTYPE))
+    assert torch.equal(changed.tp, torch.tensor([4.0, 4.0], dtype=DTYPE))
+    assert torch.equal(changed.hbm_bytes, torch.tensor([1.0, 2.0], dtype=DTYPE))
+    assert torch.equal(batch.tp, torch.tensor([1.0, 1.0], dtype=DTYPE))  # the original is untouched

@@ -1,0 +1,86 @@
+"""The `deepflow` command line, run as a real subprocess (console script), as a user would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "deepflow.cli", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_evaluate_default_prints_breakdowns():
+    out = run("evaluate")
+    assert out.returncode == 0, out.stderr
+    for needle in ("step time", "time breakdown", "pipeline_bubble", "memory per device", "MFU"):
+        assert needle in out.stdout
+
+
+def test_evaluate_json_has_the_promised_keys():
+    out = run("evaluate", "output=json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    for key in ("step_time_s", "feasible", "reason", "memory_per_device_bytes", "mfu", "tokens_per_s", "breakdown"):
+        assert key in result
+    assert result["feasible"] is True
+    assert abs(sum(result["breakdown"].values()) - result["step_time_s"]) < 1e-9 * result["step_time_s"]
+
+
+def test_evaluate_infeasible_design_is_an_answer_not_an_error():
+    out = run("evaluate", "output=json", "mapping.tp=8", "mapping.pp=1", "mapping.dp=1", "system.num_devices=8")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["feasible"] is False and result["reason"] == "out_of_memory"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("evaluate", "model=gpt-nonexistent"), "model='gpt-nonexistent' is not a known preset"),
+    (("evaluate", "hardware=a100"), "hardware='a100' is not a known preset"),
+    (("evaluate", "model.hidden_size=-4"), "model.hidden_size"),
+    (("evaluate", "mapping.precision=fp4"), "mapping.precision"),
+    (("evaluate", "mapping.tpp=2"), "tpp"),
+    (("evaluate", "mapping.tp=two"), "mapping.tp"),
+    (("evaluate", "output=xml"), "output='xml' is invalid"),
+    (("evaluate", "tp"), "not an override"),
+    (("frobnicate",), "unknown command"),
+    (("validate", "data=/nonexistent.csv"), "no such file"),
+    (("best-mapping", "top_k=0"), "top_k"),
+])
+def test_bad_input_is_one_line_naming_the_field(args, needle):
+    out = run(*args)
+    assert out.returncode == 2
+    assert needle in out.stderr
+    assert "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_tp_not_dividing_heads_is_reported_as_infeasible():
+    out = run("evaluate", "output=json", "mapping.tp=7", "mapping.pp=1", "mapping.dp=1", "system.num_devices=7")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["reason"] == "tp_not_dividing_heads"
+
+
+def test_best_mapping_json_is_sorted_and_feasible():
+    out = run("best-mapping", "model=gpt-1.7b", "system.num_devices=16", "mapping.global_batch_size=64",
+              "top_k=5", "output=json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    times = [row["step_time_s"] for row in result["top"]]
+    assert 1 <= len(times) <= 5 and times == sorted(times)
+    assert all(row["feasible"] for row in result["top"])
+    assert result["enumerated"] >= result["feasible"] >= len(times)
+
+
+def test_validate_json_schema_and_table(tmp_path):
+    out = run("validate", "output=json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert {"n", "mape", "max_abs_error"} <= set(result["summary"])
+    assert {"id", "predicted_s", "measured_s", "error"} <= set(result["rows"][0])
+    table = run("validate")
+    assert table.returncode == 0 and "mean |error|" in table.stdout

@@ -1,0 +1,47 @@
+"""Every shipped preset loads, validates and evaluates; bad presets name the field."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from analytical import evaluate, single_design
+from deepflow.config import compose_config, specs_from_config
+from deepflow.presets import CONF_DIR, ConfigError, available, load_preset, to_spec
+
+NUMBER = re.compile(r"^\s*[a-z_0-9]+:\s*-?[0-9.]+(e-?[0-9]+)?\s*(#.*)?$")
+
+
+@pytest.mark.parametrize("group", ["hardware", "system", "model", "mapping"])
+def test_group_has_presets(group):
+    assert available(group)
+
+
+@pytest.mark.parametrize("group, name", [(g, n) for g in ("hardware", "system", "model", "mapping")
+                                         for n in available(g)])
+def test_every_preset_loads_and_evaluates(group, name):
+    cfg = compose_config([f"{group}={name}"])
+    specs = specs_from_config(cfg)
+    result = evaluate(single_design(*specs))
+    assert torch.isfinite(result.step_time_s).all() and (result.step_time_s > 0).all()
+
+
+@pytest.mark.parametrize("group", ["hardware", "system", "model"])
+def test_every_number_in_a_preset_has_a_source_comment(group):
+    for path in sorted((CONF_DIR / group).glob("*.yaml")):
+        lines = path.read_text().splitlines()
+        for i, line in enumerate(lines):
+            if NUMBER.match(line) and not line.strip().startswith("name"):
+                above = lines[i - 1].strip() if i else ""
+                assert "#" in line or above.startswith("#"), f"{path.name}:{i + 1} has no source: {line.strip()}"
+
+
+def test_unknown_field_and_wrong_type_are_named():
+    with pytest.raises(ConfigError, match="hardware.hbm_tb"):
+        to_spec("hardware", {"hbm_tb": 1.0})
+    with pytest.raises(ConfigError, match="mapping.tp"):
+        to_spec("mapping", {"tp": "eight"})
+    with pytest.raises(ConfigError, match="model.num_layers"):
+        load_preset("model", available("model")[0], num_layers=0)

@@ -1,0 +1,62 @@
+"""Accuracy on the published runs is bounded (the figures themselves come from `deepflow validate`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analytical import DEFAULT_EFFICIENCY
+from deepflow.presets import ConfigError
+from deepflow.validation import fit_efficiency, read_rows, report
+
+DATA = Path(__file__).resolve().parents[2] / "experiments" / "validation"
+
+
+def test_published_runs_error_is_bounded():
+    result = report(read_rows(str(DATA / "published_runs.csv")), DEFAULT_EFFICIENCY)
+    assert result["summary"]["n"] == 30
+    assert result["summary"]["mape"] < 0.06
+    assert result["summary"]["max_abs_error"] < 0.25
+    assert result["summary"]["infeasible_rows"] == 0
+
+
+def test_vtrain_rows_are_ranked_within_each_model():
+    result = report(read_rows(str(DATA / "vtrain_ground_truth_multi.csv")), DEFAULT_EFFICIENCY)
+    assert result["summary"]["n"] == 109
+    assert result["summary"]["mape"] < 0.12
+    assert all(g["kendall_tau"] > 0.4 for g in result["by_group"].values())
+
+
+def test_fit_on_one_source_and_hold_out_the_other():
+    rows = read_rows(str(DATA / "published_runs.csv"))
+    train = np.array([s.startswith("Narayanan") for s in rows.sources])
+    eff = fit_efficiency(rows.subset(train))
+    held_out = report(rows.subset(~train), eff)["summary"]
+    assert held_out["n"] == int((~train).sum()) > 0
+    assert held_out["mape"] < 0.10
+
+
+def test_unseen_gpu_and_fp8_rows_are_predicted(tmp_path):
+    frame = pd.read_csv(DATA / "published_runs.csv").head(2).copy()
+    frame["gpu"] = "h100-sxm-80gb"
+    frame["precision"] = ["fp8", "bf16"]
+    frame["id"] = ["h100-fp8", "h100-bf16"]
+    path = tmp_path / "h100.csv"
+    frame.to_csv(path, index=False)
+    result = report(read_rows(str(path)), DEFAULT_EFFICIENCY)
+    fp8, bf16 = (r["predicted_s"] for r in result["rows"])
+    assert 0 < fp8 < bf16
+
+
+def test_unknown_gpu_and_missing_column_name_the_problem(tmp_path):
+    frame = pd.read_csv(DATA / "published_runs.csv").head(1)
+    bad_gpu = frame.assign(gpu="z100")
+    bad_gpu.to_csv(tmp_path / "gpu.csv", index=False)
+    with pytest.raises(ConfigError, match="gpu"):
+        read_rows(str(tmp_path / "gpu.csv"))
+    frame.drop(columns=["tp"]).to_csv(tmp_path / "col.csv", index=False)
+    with pytest.raises(ConfigError, match="missing columns tp"):
+        read_rows(str(tmp_path / "col.csv"))
