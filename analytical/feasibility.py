@@ -57,7 +57,7 @@ def mapping_reasons(d: DesignBatch, peak_flops_per_s: torch.Tensor) -> torch.Ten
     transformer = d.kind == KIND_CODES["transformer"]
     micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
     checks = [
-        (Reason.DEGREES_NOT_DEVICES, d.tp * d.pp * d.dp * d.cp == d.num_devices),
+        (Reason.DEGREES_NOT_DEVICES, (d.tp * d.pp * d.dp * d.cp == d.num_devices) & (d.dp == torch.round(d.dp))),
         (Reason.TP_NOT_DIVIDING_HEADS,
          ~transformer | (_divides(d.tp, d.num_heads) & _divides(d.tp, d.num_kv_heads)
                          & ((d.sequence_parallel == 0) | _divides(d.tp * d.cp, d.seq_length)))),

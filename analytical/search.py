@@ -22,10 +22,16 @@ The space searched (defaults of `SearchOptions`):
   and 3 only without pipeline parallelism.
 - precision, flash_attention, overlap_dp_comm, overlap_tp_comm: as given (not searched).
 
-Every rule of `analytical.feasibility` except memory (and an unsupported precision, which makes
-every mapping infeasible) is applied while enumerating, so each enumerated mapping is infeasible
-only if it does not fit in memory; `evaluate` decides that. GPT-3 175B on 1024 GPUs with a global
-batch of 1536 gives ~43k mappings (a few seconds on 2 CPU cores).
+Every rule of `analytical.feasibility` about the mapping (degrees, divisibility, vp, ZeRO with
+pipelining) is applied while enumerating, so an enumerated mapping is infeasible only if it does
+not fit in memory, or for reasons shared by all mappings (an unsupported precision, a system
+without scale-out links); `evaluate` decides those.
+
+Size and cost (2-core CPU, one torch thread, `experiments/benchmarks/bench_analytical.py`): GPT-3
+175B on 1024 GPUs with a global batch of 1536 enumerates 41,595 mappings and searches them in
+~0.1-0.2 s; GPT-3 13B on 64 GPUs (global batch 1024) 9,615 in ~0.03 s. The grid grows with the
+number of divisors of num_devices (tp x pp x cp) times 5 micro-batches x up to 4 vp x 2 x 3 x 5;
+lower `max_micro_batch_size` / `max_vp` or turn off `context_parallel` if a space gets too large.
 """
 
 from __future__ import annotations
@@ -33,13 +39,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import torch
 
-from analytical.design import (DTYPE, PRECISION_CODES, RECOMPUTE_CODES, DesignBatch, KIND_CODES,
-                               single_design)
+from analytical.design import DTYPE, RECOMPUTE_CODES, DesignBatch, single_design
 from analytical.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.specs import (PRECISIONS, RECOMPUTE, AcceleratorSpec, MappingSpec, ModelSpec, SpecError,
                               SystemSpec)
@@ -68,10 +74,16 @@ class SearchOptions:
     sequence_parallel: bool = True  # also search sequence parallelism (where tp > 1)
     context_parallel: bool = True  # cp > 1 allowed (Transformers)
     chunk_size: int = 1 << 16  # designs per evaluate call (16k-64k keep temporaries in cache)
+    # torch intra-op threads while evaluating, restored afterwards (process-wide, like
+    # torch.set_num_threads); None keeps the caller's setting. One thread: on a small shared machine
+    # intra-op parallelism makes a 0.1 s search take 2-13 s whenever another process holds a core.
+    num_threads: Optional[int] = 1
 
     def validate(self) -> "SearchOptions":
-        for name in ("max_micro_batch_size", "max_vp", "chunk_size"):
+        for name in ("max_micro_batch_size", "max_vp", "chunk_size", "num_threads"):
             value = getattr(self, name)
+            if name == "num_threads" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SpecError("search", name, value, "an integer >= 1")
         for value in self.recompute:
@@ -250,6 +262,19 @@ def _cat_results(results: Sequence[StepResult]) -> StepResult:
     return StepResult(**fields)
 
 
+@contextmanager
+def _torch_threads(n: Optional[int]):
+    previous = torch.get_num_threads()
+    if n is None or n == previous:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def _fastest_feasible(step_time_s: torch.Tensor, feasible: torch.Tensor, k: int) -> torch.Tensor:
     """Indices of the k fastest feasible designs, ties kept in enumeration order."""
     keyed = torch.where(feasible, step_time_s, torch.full_like(step_time_s, math.inf))
@@ -279,18 +304,18 @@ def best_mappings(accelerator: AcceleratorSpec, system: SystemSpec, model: Model
 
     # per chunk keep only its own top-k, then merge: the global top-k is among them
     kept_idx, kept_results, num_feasible = [], [], 0
-    for lo in range(0, n, opt.chunk_size):
-        chunk = designs.index(slice(lo, min(n, lo + opt.chunk_size)))
-        res = evaluate(chunk, eff)
-        num_feasible += int(res.feasible.sum())
-        local = _fastest_feasible(res.step_time_s, res.feasible, top_k)
-        kept_idx.append(local + lo)
-        kept_results.append(index_result(res, local))
-
-    if kept_results:
-        candidates, cand_idx = _cat_results(kept_results), torch.cat(kept_idx)
-    else:  # nothing enumerated: an empty batch evaluates to empty results
-        candidates, cand_idx = evaluate(designs, eff), torch.zeros(0, dtype=torch.int64)
+    with _torch_threads(opt.num_threads):
+        for lo in range(0, n, opt.chunk_size):
+            chunk = designs.index(slice(lo, min(n, lo + opt.chunk_size)))
+            res = evaluate(chunk, eff)
+            num_feasible += int(res.feasible.sum())
+            local = _fastest_feasible(res.step_time_s, res.feasible, top_k)
+            kept_idx.append(local + lo)
+            kept_results.append(index_result(res, local))
+        if kept_results:
+            candidates, cand_idx = _cat_results(kept_results), torch.cat(kept_idx)
+        else:  # nothing enumerated: an empty batch evaluates to empty results
+            candidates, cand_idx = evaluate(designs, eff), torch.zeros(0, dtype=torch.int64)
     pick = _fastest_feasible(candidates.step_time_s, candidates.feasible, top_k)
     top_designs = designs.index(cand_idx[pick])
     top_result = index_result(candidates, pick)

@@ -221,7 +221,9 @@ def evaluate(d: DesignBatch, eff: Efficiency = DEFAULT_EFFICIENCY) -> StepResult
 
     model_flops = model_flops_per_step(d)
     layer_flops, core_flops_seq = layer_forward_flops_per_sequence(d)
-    recompute_flops = (full * layer_flops + selective * core_flops_seq) * d.num_layers * d.global_batch_size
+    # selective recompute re-runs the unfused attention core only; flash kernels already recompute inside
+    recompute_flops = (full * layer_flops + selective * (1.0 - d.flash_attention) * core_flops_seq) \
+        * d.num_layers * d.global_batch_size
     denominator = step_time * d.num_devices * peak
     return StepResult(
         step_time_s=step_time,

@@ -14,6 +14,8 @@ Prints human-readable figures, then ONE JSON line (the last line of stdout) with
   GPT-3 175B on 1024 A100-80GB (DGX A100 nodes), global batch 1536 (median wall time of
   `--search-repeats` calls; mapping_search_first_s is the first call in the process, before any
   other search); the same with suffix _13b_h100 for GPT-3 13B on 64 H100-80GB, global batch 1024.
+  The search evaluates on one torch thread (`SearchOptions.num_threads`); mapping_search_2threads_s
+  and _max_s time it on torch's 2 threads instead (spiky on a shared 2-core machine).
 
 Targets: single design <= 1 ms, >= 1e6 designs/s, search <= 5 s. torch runs on 2 threads.
 The specs are built in code (datasheet values, not the conf/ presets) so the figures do not move
@@ -32,7 +34,7 @@ import torch
 
 from analytical import AcceleratorSpec, MappingSpec, ModelSpec, SystemSpec, evaluate, single_design
 from analytical.design import DTYPE
-from analytical.search import best_mappings
+from analytical.search import SearchOptions, best_mappings
 
 # NVIDIA A100 SXM4 80GB datasheet (dense tensor-core peaks); 40 MiB L2, 7 TB/s L2 (estimate);
 # NVLink3 300 GB/s per direction; one 200 Gbit/s HDR NIC per GPU in a DGX A100.
@@ -86,14 +88,15 @@ def random_designs(n: int, seed: int = 0) -> torch.Tensor:
         overlap_tp_comm=pick([0, 1]))
 
 
-def bench_search(name: str, accelerator, system, model, global_batch: int, repeats: int) -> dict:
+def bench_search(name: str, accelerator, system, model, global_batch: int, repeats: int,
+                 options: SearchOptions | None = None) -> dict:
     start = time.perf_counter()
-    found = best_mappings(accelerator, system, model, global_batch, top_k=10)
+    found = best_mappings(accelerator, system, model, global_batch, top_k=10, options=options)
     first = time.perf_counter() - start
     walls = [first]
     for _ in range(repeats - 1):
         start = time.perf_counter()
-        best_mappings(accelerator, system, model, global_batch, top_k=10)
+        best_mappings(accelerator, system, model, global_batch, top_k=10, options=options)
         walls.append(time.perf_counter() - start)
     best = found.best_row or {}
     out = {
@@ -110,9 +113,11 @@ def bench_search(name: str, accelerator, system, model, global_batch: int, repea
     print(f"  {found.num_enumerated:,} mappings enumerated, {found.num_feasible:,} feasible; search "
           f"{out['search_s']:.3f} s median of {repeats} (first {first:.3f} s, max {out['max_s']:.3f} s)")
     for i, (m, r) in enumerate(zip(found.mappings[:5], found.rows[:5]), start=1):
-        print(f"  #{i}: {r['step_time_s']:8.3f} s  MFU {r['mfu']:.1%}  mem {r['memory_per_device_bytes'] / 2**30:5.1f} GiB"
-              f"  tp={m.tp} pp={m.pp} dp={m.dp} cp={m.cp} vp={m.vp} mbs={m.micro_batch_size} sp={int(m.sequence_parallel)}"
-              f" recompute={m.recompute} zero={m.zero_stage} distopt={int(m.distributed_optimizer)}")
+        memory_gib = r["memory_per_device_bytes"] / 2**30
+        print(f"  #{i}: {r['step_time_s']:8.3f} s  MFU {r['mfu']:.1%}  mem {memory_gib:5.1f} GiB"
+              f"  tp={m.tp} pp={m.pp} dp={m.dp} cp={m.cp} vp={m.vp} mbs={m.micro_batch_size}"
+              f" sp={int(m.sequence_parallel)} recompute={m.recompute} zero={m.zero_stage}"
+              f" distopt={int(m.distributed_optimizer)}")
     return out
 
 
@@ -130,6 +135,9 @@ def main() -> None:
     # searches first, so that mapping_search_first_s is a first search of the process
     search_175b = bench_search("search 175B", A100, DGX_A100_1024, GPT3_175B, 1536, args.search_repeats)
     search_13b = bench_search("search 13B", H100, DGX_H100_64, GPT3_13B, 1024, args.search_repeats)
+    # the same 175B search with torch's 2 intra-op threads instead of the search's default of one
+    search_2t = bench_search("search 175B, 2 torch threads", A100, DGX_A100_1024, GPT3_175B, 1536,
+                             args.search_repeats, SearchOptions(num_threads=None))
 
     # one design
     build = lambda: single_design(A100, DGX_A100_1024, GPT3_175B, MAPPING_175B)  # noqa: E731
@@ -148,6 +156,13 @@ def main() -> None:
     # a million designs
     designs = random_designs(args.batch)
     evaluate(designs.index(slice(0, 4096)))
+    chunk = 1 << 16
+
+    def chunked() -> None:
+        for lo in range(0, args.batch, chunk):
+            evaluate(designs.index(slice(lo, lo + chunk)))
+
+    chunked_s = statistics.median(_median_ms(chunked, 1) / 1e3 for _ in range(args.batch_repeats))
     walls, feasible = [], 0.0
     for _ in range(args.batch_repeats):
         start = time.perf_counter()
@@ -156,13 +171,8 @@ def main() -> None:
         feasible = float(res.feasible.double().mean())
         del res
     batch_s = statistics.median(walls)
-    chunk = 1 << 16
-    start = time.perf_counter()
-    for lo in range(0, args.batch, chunk):
-        evaluate(designs.index(slice(lo, lo + chunk)))
-    chunked_s = time.perf_counter() - start
-    print(f"\n[batch] {args.batch:,} designs ({feasible:.1%} feasible): one evaluate call {batch_s:.3f} s "
-          f"median of {args.batch_repeats} -> {args.batch / batch_s:,.0f} designs/s; in chunks of {chunk:,}: "
+    print(f"\n[batch] {args.batch:,} designs ({feasible:.1%} feasible), medians of {args.batch_repeats}: "
+          f"one evaluate call {batch_s:.3f} s -> {args.batch / batch_s:,.0f} designs/s; in chunks of {chunk:,}: "
           f"{chunked_s:.3f} s -> {args.batch / chunked_s:,.0f} designs/s; target >= 1,000,000/s")
 
     result = {
@@ -177,6 +187,8 @@ def main() -> None:
         "mappings_enumerated": search_175b["enumerated"],
         "mappings_feasible": search_175b["feasible"],
         "best_mapping": search_175b["best"],
+        "mapping_search_2threads_s": round(search_2t["search_s"], 4),
+        "mapping_search_2threads_max_s": round(search_2t["max_s"], 4),
         "mapping_search_13b_h100_s": round(search_13b["search_s"], 4),
         "mapping_search_13b_h100_first_s": round(search_13b["first_s"], 4),
         "mappings_enumerated_13b_h100": search_13b["enumerated"],

@@ -233,7 +233,8 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
         hbm_bytes=uniform(16, 192) * GIB,
         hbm_bw_bytes_per_s=uniform(0.5, 8.0) * 1e12,
         scale_up_bw_bytes_per_s=uniform(25, 1000) * 1e9,
-        scale_out_bw_bytes_per_s=uniform(1, 100) * 1e9,
+        # 3% without a NIC (valid: single-node parts); infeasible once they span several domains
+        scale_out_bw_bytes_per_s=torch.where(coin(0.03), torch.zeros(n, dtype=DTYPE), uniform(1, 100) * 1e9),
         kernel_launch_s=uniform(0, 10) * 1e-6,
         tile_m=choice([64, 128, 256]),
         tile_n=choice([64, 128, 256]),

@@ -161,10 +161,18 @@ def test_placement_broadcasts():
     assert torch.equal(n_local, t([8, 8, 1])) and torch.equal(n_domains, t([1, 2, 8]))
 
 
-def test_p2p_link():
-    bw, alpha = coll.p2p_link(t([1, 4, 8, 64]), t([8, 8, 8, 8]), t(UP_BW), t(UP_ALPHA), t(OUT_BW), t(OUT_ALPHA))
-    assert torch.equal(bw, t([UP_BW, UP_BW, OUT_BW, OUT_BW]))
-    assert torch.equal(alpha, t([UP_ALPHA, UP_ALPHA, OUT_ALPHA, OUT_ALPHA]))
+@pytest.mark.parametrize("size,stride,domain,crosses", [
+    (1, 1, 8, False),
+    (8, 1, 8, False),  # a pipeline of 8 stages inside one DGX
+    (2, 4, 8, False),  # tp=4, pp=2 in one DGX
+    (4, 4, 8, True),  # tp=4, pp=4 on two DGX: stage 1 -> 2 crosses nodes
+    (2, 8, 8, True),  # tp=8, pp=2: every boundary crosses
+    (16, 64, 8, True),
+    (2, 36, 72, False),  # NVL72
+])
+def test_p2p_link_is_the_slowest_link_of_the_chain(size, stride, domain, crosses):
+    bw, alpha = coll.p2p_link(t(size), t(stride), t(domain), t(UP_BW), t(UP_ALPHA), t(OUT_BW), t(OUT_ALPHA))
+    assert (float(bw), float(alpha)) == ((OUT_BW, OUT_ALPHA) if crosses else (UP_BW, UP_ALPHA))
 
 
 def test_collectives_decrease_with_bandwidth():

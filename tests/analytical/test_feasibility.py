@@ -120,6 +120,18 @@ def test_precision_unsupported(a100, h100, make_system, small_gpt, run):
     assert reason_of(run, h100, make_system(16), small_gpt, mapping) == Reason.OK
 
 
+def test_no_scale_out_link(a100, make_system, small_gpt, replace, run):
+    no_nic = replace(a100, scale_out_gbit_per_s=0.0)
+    mapping = MappingSpec(**BASE_MAPPING)
+    assert reason_of(run, no_nic, make_system(16), small_gpt, mapping) == Reason.NO_SCALE_OUT_LINK
+    # inside one scale-up domain a device needs no NIC
+    assert reason_of(run, no_nic, make_system(8), small_gpt, MappingSpec(tp=2, pp=2, global_batch_size=64)) \
+        == Reason.OK
+    # a system-level NIC replaces the accelerator's
+    with_nic = make_system(16, scale_out_gbit_per_device=200.0)
+    assert reason_of(run, no_nic, with_nic, small_gpt, mapping) == Reason.OK
+
+
 def test_out_of_memory(a100, make_system, gpt3, run):
     result = run(a100, make_system(8), gpt3, MappingSpec(tp=8, global_batch_size=8))
     assert int(result.reason[0]) == Reason.OUT_OF_MEMORY and not bool(result.feasible[0])
@@ -138,24 +150,29 @@ def test_gpt3_fits_on_1024_gpus(a100, make_system, gpt3, run):
 def test_every_reason_is_reachable_and_described(a100, make_system, small_gpt, replace, mixtral, lstm):
     """One batch holding a design for each reason: codes come out per row, in order."""
     system16 = make_system(16)
-    cases = [
-        (a100, system16, small_gpt, MappingSpec(**BASE_MAPPING)),
-        (a100, system16, small_gpt, MappingSpec(**dict(BASE_MAPPING, dp=2))),
-        (a100, system16, replace(small_gpt, hidden_size=1536, num_heads=12), MappingSpec(**dict(BASE_MAPPING, tp=8,
-                                                                                                pp=1))),
-        (a100, system16, replace(small_gpt, num_layers=25), MappingSpec(**BASE_MAPPING)),
-        (a100, system16, small_gpt, MappingSpec(**dict(BASE_MAPPING, global_batch_size=66))),
-        (a100, system16, replace(small_gpt, seq_length=2050), MappingSpec(**dict(BASE_MAPPING, cp=2))),
-        (a100, system16, replace(mixtral, num_layers=4), MappingSpec(**dict(BASE_MAPPING, ep=8))),
-        (a100, system16, small_gpt, MappingSpec(**dict(BASE_MAPPING, tp=4, pp=1, vp=2))),
-        (a100, make_system(2), lstm, MappingSpec(tp=2, global_batch_size=64)),
-        (a100, system16, small_gpt, MappingSpec(**dict(BASE_MAPPING, zero_stage=3))),
-        (a100, system16, small_gpt, MappingSpec(**dict(BASE_MAPPING, precision="fp8"))),
-        (a100, make_system(8), replace(small_gpt, num_layers=400), MappingSpec(global_batch_size=8)),
-    ]
-    batch = stack_designs(*map(list, zip(*cases)))
+    cases = {
+        Reason.OK: (a100, system16, small_gpt, MappingSpec(**BASE_MAPPING)),
+        Reason.DEGREES_NOT_DEVICES: (a100, system16, small_gpt, MappingSpec(**dict(BASE_MAPPING, dp=2))),
+        Reason.TP_NOT_DIVIDING_HEADS: (a100, system16, replace(small_gpt, hidden_size=1536, num_heads=12),
+                                       MappingSpec(**dict(BASE_MAPPING, tp=8, pp=1))),
+        Reason.PP_NOT_DIVIDING_LAYERS: (a100, system16, replace(small_gpt, num_layers=25), MappingSpec(**BASE_MAPPING)),
+        Reason.BATCH_NOT_DIVISIBLE: (a100, system16, small_gpt, MappingSpec(**dict(BASE_MAPPING, global_batch_size=66))),
+        Reason.CP_NOT_DIVIDING_SEQUENCE: (a100, system16, replace(small_gpt, seq_length=2050),
+                                          MappingSpec(**dict(BASE_MAPPING, cp=2))),
+        Reason.EP_INVALID: (a100, system16, replace(mixtral, num_layers=4), MappingSpec(**dict(BASE_MAPPING, ep=8))),
+        Reason.VP_INVALID: (a100, system16, small_gpt, MappingSpec(**dict(BASE_MAPPING, tp=4, pp=1, vp=2))),
+        Reason.MAPPING_UNSUPPORTED_BY_MODEL: (a100, make_system(2), lstm, MappingSpec(tp=2, global_batch_size=64)),
+        Reason.ZERO_WITH_PIPELINE: (a100, system16, small_gpt, MappingSpec(**dict(BASE_MAPPING, zero_stage=3))),
+        Reason.PRECISION_UNSUPPORTED: (a100, system16, small_gpt, MappingSpec(**dict(BASE_MAPPING, precision="fp8"))),
+        Reason.NO_SCALE_OUT_LINK: (replace(a100, scale_out_gbit_per_s=0.0), system16, small_gpt,
+                                   MappingSpec(**BASE_MAPPING)),
+        Reason.OUT_OF_MEMORY: (a100, make_system(8), replace(small_gpt, num_layers=400),
+                               MappingSpec(global_batch_size=8)),
+    }
+    assert set(cases) == set(Reason), "a Reason without a design here: add one"
+    batch = stack_designs(*map(list, zip(*cases.values())))
     result = evaluate(batch)
-    assert result.reason.tolist() == [int(r) for r in Reason]
+    assert result.reason.tolist() == [int(r) for r in cases]
     assert set(REASON_TEXT) == set(Reason)
     assert all(isinstance(text, str) and text for text in REASON_TEXT.values())
     assert torch.equal(result.feasible, result.reason == 0)
