@@ -64,9 +64,10 @@ def in_flight_micro_batches(d: DesignBatch) -> torch.Tensor:
     return torch.minimum(micro_batches, d.pp) * interleave
 
 
-def memory_breakdown(d: DesignBatch) -> dict[str, torch.Tensor]:
-    """Bytes per device by part (`MEMORY_PARTS`), each `(batch,)`."""
-    params = params_per_device(d)
+def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Bytes per device by part (`MEMORY_PARTS`), each `(batch,)`; `params` is
+    `params_per_device(d)` when the caller already has it."""
+    params = params_per_device(d) if params is None else params
     dp = d.dp
     zero = d.zero_stage
     shard_opt = torch.where((zero >= 1) | (d.distributed_optimizer > 0), dp, torch.ones_like(dp))

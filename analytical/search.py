@@ -17,9 +17,11 @@ The space searched (defaults of `SearchOptions`):
 - vp: 1, and for pp > 1 the powers of two <= 8 with pp * vp dividing the layers and the
   micro-batch count divisible by pp (Megatron's interleaved schedule).
 - sequence_parallel: off, and on where tp > 1 and tp * cp divides the sequence.
-- recompute: none, selective, full.
-- (zero_stage, distributed_optimizer): (0, off), (0, on), (1, off), (2, off), (3, off); stages 2
-  and 3 only without pipeline parallelism.
+- recompute: none, selective, full (selective only with unfused attention: under flash attention
+  it recomputes nothing, so it would duplicate `none`).
+- (zero_stage, distributed_optimizer): (0, off), (0, on), (2, off), (3, off); stages 2 and 3 only
+  without pipeline parallelism. ZeRO stage 1 is modelled exactly as the distributed optimizer
+  (both shard the optimizer state over dp), so only the latter is enumerated.
 - precision, flash_attention, overlap_dp_comm, overlap_tp_comm: as given (not searched).
 
 Every rule of `analytical.feasibility` about the mapping (degrees, divisibility, vp, ZeRO with
@@ -53,9 +55,10 @@ from analytical.step import StepResult, evaluate
 
 MAPPING_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "micro_batch_size", "recompute",
                   "zero_stage", "distributed_optimizer")
-# (zero_stage, distributed_optimizer): the distributed optimizer is Megatron's ZeRO-1, so it is only
-# searched on top of stage 0.
+# (zero_stage, distributed_optimizer): the distributed optimizer is Megatron's ZeRO-1 and evaluates
+# identically to stage 1, so stage 1 is not enumerated separately.
 ZERO_CONFIGS = ((0, 0), (0, 1), (1, 0), (2, 0), (3, 0))
+EQUIVALENT_ZERO_CONFIGS = {(1, 0): (0, 1)}
 
 
 @dataclass(frozen=True)
@@ -188,10 +191,14 @@ def _mapping_grid(system: SystemSpec, model: ModelSpec, global_batch_size: int,
     sp = cols["sequence_parallel"]
     cols = _keep(cols, (sp == 0) | ((cols["tp"] > 1) & (seq % (cols["tp"] * cols["cp"]) == 0)))
 
-    cols = _cross(cols, "recompute", _long(sorted(RECOMPUTE_CODES[r] for r in set(opt.recompute))))
+    recompute = set(opt.recompute)
+    if opt.flash_attention and {"none", "selective"} <= recompute:
+        recompute.discard("selective")  # a no-op under flash attention: same design as "none"
+    cols = _cross(cols, "recompute", _long(sorted(RECOMPUTE_CODES[r] for r in recompute)))
 
     zero_configs = [(z, o) for z, o in ZERO_CONFIGS
                     if z in opt.zero_stages and (o == 0 or (opt.distributed_optimizer and 0 in opt.zero_stages))]
+    zero_configs = [c for c in zero_configs if EQUIVALENT_ZERO_CONFIGS.get(c) not in zero_configs]
     cols = _cross(cols, "zero_config", torch.arange(len(zero_configs)))
     table = _long([z for z, _ in zero_configs]), _long([o for _, o in zero_configs])
     cols["zero_stage"] = table[0][cols["zero_config"]]

@@ -15,7 +15,7 @@ with m = global_batch / (dp * micro_batch) micro-batches and t_stage the forward
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -33,6 +33,7 @@ from analytical.workload import (GEMM_SLOTS, activation_bytes_per_element, atten
 TIME_PARTS = ("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm",
               "pipeline_bubble", "pp_p2p", "dp_comm", "optimizer")
 TP_OVERLAP_SLOTS = [GEMM_SLOTS.index(n) for n in ("qkv", "attention_out", "ffn_up", "ffn_down")]
+CORE_SLOTS = [GEMM_SLOTS.index(n) for n in ("attention_scores", "attention_values")]
 ADAM_BYTES_PER_PARAM = 34.0  # read fp32 param, grad, m, v and write param, m, v, 16-bit copy; + grad norm
 
 
@@ -50,6 +51,16 @@ class StepResult:
     model_flops: torch.Tensor
     time_breakdown_s: dict[str, torch.Tensor] = field(default_factory=dict)
     memory_breakdown_bytes: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @staticmethod
+    def cat(parts: list["StepResult"]) -> "StepResult":
+        """Concatenate results of consecutive chunks of a batch."""
+        first = parts[0]
+        tensors = {f.name: torch.cat([getattr(p, f.name) for p in parts]) for f in fields(first)
+                   if isinstance(getattr(first, f.name), torch.Tensor)}
+        dicts = {f.name: {k: torch.cat([getattr(p, f.name)[k] for p in parts]) for k in getattr(first, f.name)}
+                 for f in fields(first) if isinstance(getattr(first, f.name), dict)}
+        return StepResult(**tensors, **dicts)
 
     def row(self, i: int) -> dict:
         """Plain-Python record of design i (for reports and JSON)."""
@@ -70,12 +81,15 @@ def _col(x: torch.Tensor) -> torch.Tensor:
     return x.unsqueeze(-1)
 
 
-def _gemm_table_time_s(g, d: DesignBatch, peak: torch.Tensor, eff: Efficiency) -> torch.Tensor:
-    """`(batch, slots)` time of each GEMM slot, serial repetitions included."""
-    t = gemm_time_s(g.m, g.n, g.k, g.count, _col(peak), _col(d.compute_units), _col(d.tile_m),
-                    _col(d.tile_n), _col(d.hbm_bw_bytes_per_s), _col(d.sram_bw_bytes_per_s),
-                    _col(d.kernel_launch_s), _col(gemm_bytes_per_element(d)), eff)
-    return t * g.serial
+def _gemm_table_time_s(g, d: DesignBatch, peak: torch.Tensor, eff: Efficiency, live: torch.Tensor) -> torch.Tensor:
+    """`(batch, slots)` time of each GEMM slot, serial repetitions included. Only the `live` slots
+    (non-empty for some design of the batch) are computed; the others cost 0."""
+    t = gemm_time_s(g.m[:, live], g.n[:, live], g.k[:, live], g.count[:, live], _col(peak),
+                    _col(d.compute_units), _col(d.tile_m), _col(d.tile_n), _col(d.hbm_bw_bytes_per_s),
+                    _col(d.sram_bw_bytes_per_s), _col(d.kernel_launch_s), _col(gemm_bytes_per_element(d)), eff)
+    out = torch.zeros_like(g.m)
+    out[:, live] = t * g.serial[:, live]
+    return out
 
 
 def _links(d: DesignBatch, eff: Efficiency):
@@ -86,29 +100,42 @@ def _links(d: DesignBatch, eff: Efficiency):
     return up_bw, d.scale_up_latency_s, out_bw, d.scale_out_latency_s
 
 
-def _on_group(collective, d: DesignBatch, bytes_, size, stride, eff: Efficiency) -> torch.Tensor:
+def _on_group(collective, d: DesignBatch, links, bytes_, size, stride) -> torch.Tensor:
     """Time of a placed collective (`collectives.group_*`) for a group of the mapping."""
-    return collective(bytes_, size, stride, d.scale_up_domain, *_links(d, eff))
+    return collective(bytes_, size, stride, d.scale_up_domain, *links)
 
 
 def _relu(x: torch.Tensor) -> torch.Tensor:
     return torch.clamp_min(x, 0.0)
 
 
-def evaluate(d: DesignBatch, eff: Efficiency = DEFAULT_EFFICIENCY) -> StepResult:
-    """Time, memory and feasibility of one training step for every design of the batch."""
+def evaluate(d: DesignBatch, eff: Efficiency = DEFAULT_EFFICIENCY, chunk_size: int = 65536) -> StepResult:
+    """Time, memory and feasibility of one training step for every design of the batch.
+
+    Batches larger than `chunk_size` are evaluated chunk by chunk (the temporaries of a chunk stay
+    in cache; results are identical) and concatenated.
+    """
+    if d.batch_size <= chunk_size:
+        return _evaluate_chunk(d, eff)
+    return StepResult.cat([_evaluate_chunk(d.index(slice(i, i + chunk_size)), eff)
+                           for i in range(0, d.batch_size, chunk_size)])
+
+
+def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     peak_raw = peak_for_precision(d)
     peak = torch.clamp_min(peak_raw, 1e9)  # keeps unsupported precisions finite; flagged below
     zero = torch.zeros_like(peak)
     transformer = is_kind(d, "transformer")
     elem = activation_bytes_per_element(d)
     tokens = local_tokens(d)
+    links = _links(d, eff)
 
     # ---- one layer, one micro-batch, on one device -------------------------------------------
     gemms = layer_gemms(d)
     dgrad, wgrad = gemms.backward()
-    fwd_slots = _gemm_table_time_s(gemms, d, peak, eff)
-    bwd_slots = _gemm_table_time_s(dgrad, d, peak, eff) + _gemm_table_time_s(wgrad, d, peak, eff)
+    live = (gemms.m * gemms.n * gemms.k * gemms.count > 0).any(0)
+    fwd_slots = _gemm_table_time_s(gemms, d, peak, eff, live)
+    bwd_slots = _gemm_table_time_s(dgrad, d, peak, eff, live) + _gemm_table_time_s(wgrad, d, peak, eff, live)
     mb_bytes, mb_kernels = memory_bound_bytes_per_layer(d)
     fwd_mem = memory_bound_time_s(mb_bytes, mb_kernels, d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
     core_flops = attention_core_flops(d) * d.flash_attention
@@ -125,11 +152,11 @@ def evaluate(d: DesignBatch, eff: Efficiency = DEFAULT_EFFICIENCY) -> StepResult
     core_mem = memory_bound_time_s(4.5 * scores * elem * (1.0 - d.flash_attention) * transformer,
                                    2.0 * (1.0 - d.flash_attention) * transformer, d.hbm_bw_bytes_per_s,
                                    d.kernel_launch_s, eff)
-    core_fwd = fwd_slots[..., 1] + fwd_slots[..., 2] + core_mem
+    core_fwd = fwd_slots[..., CORE_SLOTS].sum(-1) + core_mem
 
     # tensor parallel: 2 all-reduces (or all-gather + reduce-scatter pairs) forward, 2 backward
     tp_message = tokens * d.hidden_size * elem
-    tp_ar = _on_group(coll.group_all_reduce_time_s, d, tp_message, d.tp, torch.ones_like(d.tp), eff) * transformer
+    tp_ar = _on_group(coll.group_all_reduce_time_s, d, links, tp_message, d.tp, torch.ones_like(d.tp)) * transformer
     # with overlap, TP collectives hide behind the GEMMs they feed or follow (QKV, out-projection,
     # MLP); the attention core is left to context parallelism's ring
     tp_hide = d.overlap_tp_comm
@@ -138,15 +165,15 @@ def evaluate(d: DesignBatch, eff: Efficiency = DEFAULT_EFFICIENCY) -> StepResult
 
     # context parallel (ring attention): K and V circulate, overlapped with the attention kernels
     kv_bytes = 2.0 * tokens * d.num_kv_heads * (d.hidden_size / d.num_heads) / d.tp * elem * d.cp
-    cp_ag = _on_group(coll.group_all_gather_time_s, d, kv_bytes, d.cp, d.tp, eff) * transformer
+    cp_ag = _on_group(coll.group_all_gather_time_s, d, links, kv_bytes, d.cp, d.tp) * transformer
     attn_fwd = flash_fwd + core_fwd
     cp_fwd = _relu(cp_ag - attn_fwd)
-    cp_bwd = _relu(2.0 * cp_ag - (flash_bwd + bwd_slots[..., 1] + bwd_slots[..., 2]))
+    cp_bwd = _relu(2.0 * cp_ag - (flash_bwd + bwd_slots[..., CORE_SLOTS].sum(-1)))
 
     # expert parallel: dispatch and combine all-to-all, forward and backward
     moe = (d.num_experts > 1).to(peak.dtype) * transformer
     ep_bytes = tokens * d.hidden_size * d.top_k * elem
-    ep_a2a = _on_group(coll.group_all_to_all_time_s, d, ep_bytes, d.ep, d.tp * d.cp, eff) * moe
+    ep_a2a = _on_group(coll.group_all_to_all_time_s, d, links, ep_bytes, d.ep, d.tp * d.cp) * moe
     ep_fwd, ep_bwd = 2.0 * ep_a2a, 2.0 * ep_a2a
 
     full = (d.recompute == RECOMPUTE_CODES["full"]).to(peak.dtype)
@@ -177,7 +204,7 @@ def evaluate(d: DesignBatch, eff: Efficiency = DEFAULT_EFFICIENCY) -> StepResult
     stage_mean = (sum(layer_parts.values()) * d.num_layers + sum(logit_parts.values())) / d.pp
     bubble = (d.pp - 1.0) / d.vp * stage_mean
     pp_stride = d.tp * d.cp * d.dp
-    up_bw, up_alpha, out_bw, out_alpha = _links(d, eff)
+    up_bw, up_alpha, out_bw, out_alpha = links
     pp_bw, pp_alpha = coll.p2p_link(d.pp, pp_stride, d.scale_up_domain, up_bw, up_alpha, out_bw, out_alpha)
     p2p_bytes = tokens * d.hidden_size * elem / d.tp  # scatter-gather: each tp rank sends 1/tp
     p2p = torch.where(d.pp > 1, coll.p2p_time_s(p2p_bytes, pp_bw, pp_alpha), zero)
@@ -188,9 +215,9 @@ def evaluate(d: DesignBatch, eff: Efficiency = DEFAULT_EFFICIENCY) -> StepResult
     grad_bytes = params * grad_bytes_per_param(d)
     weight_bytes = params * elem  # gathered in the 16-bit (fp32: 32-bit) training dtype
     dp_stride = d.tp * d.cp
-    ar = _on_group(coll.group_all_reduce_time_s, d, grad_bytes, d.dp, dp_stride, eff)
-    rs = _on_group(coll.group_all_gather_time_s, d, grad_bytes, d.dp, dp_stride, eff)
-    ag = _on_group(coll.group_all_gather_time_s, d, weight_bytes, d.dp, dp_stride, eff)
+    ar = _on_group(coll.group_all_reduce_time_s, d, links, grad_bytes, d.dp, dp_stride)
+    rs = _on_group(coll.group_all_gather_time_s, d, links, grad_bytes, d.dp, dp_stride)
+    ag = _on_group(coll.group_all_gather_time_s, d, links, weight_bytes, d.dp, dp_stride)
     z = d.zero_stage
     sharded = ((z >= 1) | (d.distributed_optimizer > 0)).to(peak.dtype)
     dp_time = torch.where(z >= 3, micro_batches * (2.0 * ag + rs) / eff.zero3_comm_fraction,
@@ -213,14 +240,14 @@ def evaluate(d: DesignBatch, eff: Efficiency = DEFAULT_EFFICIENCY) -> StepResult
     step_time = sum(breakdown.values())
 
     # ---- memory, feasibility, metrics --------------------------------------------------------
-    memory = memory_breakdown(d)
+    memory = memory_breakdown(d, params)
     memory_total = sum(memory.values())
     reason = mapping_reasons(d, peak_raw)
     oom = memory_total > d.hbm_bytes
     reason = torch.where((reason == 0) & oom, torch.full_like(reason, int(Reason.OUT_OF_MEMORY)), reason)
 
-    model_flops = model_flops_per_step(d)
-    layer_flops, core_flops_seq = layer_forward_flops_per_sequence(d)
+    model_flops = model_flops_per_step(d, gemms)
+    layer_flops, core_flops_seq = layer_forward_flops_per_sequence(d, gemms)
     # selective recompute re-runs the unfused attention core only; flash kernels already recompute inside
     recompute_flops = (full * layer_flops + selective * (1.0 - d.flash_attention) * core_flops_seq) \
         * d.num_layers * d.global_batch_size

@@ -19,6 +19,7 @@ from analytical.design import FFN_CODES, KIND_CODES, PRECISION_CODES, RECOMPUTE_
 
 GEMM_SLOTS = ("qkv", "attention_scores", "attention_values", "attention_out", "ffn_up", "ffn_down",
               "router", "recurrent")
+ROUTER_SLOT = GEMM_SLOTS.index("router")
 
 
 def is_kind(d: DesignBatch, kind: str) -> torch.Tensor:
@@ -173,22 +174,33 @@ def active_params(d: DesignBatch) -> torch.Tensor:
     return d.num_layers * (dense + expert * d.top_k / d.num_experts) + emb_in + emb_out
 
 
-def layer_forward_flops_per_sequence(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
+def layer_forward_flops_per_sequence(d: DesignBatch, gemms: Gemms | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """`(layer, attention_core)` forward FLOPs of one layer for one sequence, whole model (no
-    parallel split), counting the full attention square as Narayanan et al. 2021 do."""
-    one = d.replace(tp=1.0, cp=1.0, ep=1.0, flash_attention=0.0, micro_batch_size=1.0)
-    return layer_gemms(one).flops(), attention_core_flops(one)
+    parallel split), counting the full attention square as Narayanan et al. 2021 do.
+
+    Derived from one device's GEMM table (`gemms`, computed when not given): every product is
+    split over tp and over the cp sequence shards (the router only over cp), and expert parallelism
+    moves tokens without changing a device's work.
+    """
+    gemms = layer_gemms(d) if gemms is None else gemms
+    t, c = d.tp.unsqueeze(-1), d.cp.unsqueeze(-1)
+    router = torch.zeros(len(GEMM_SLOTS), dtype=t.dtype)
+    router[ROUTER_SLOT] = 1.0
+    scale = c * (t * (1.0 - router) + router)
+    core = 4.0 * d.micro_batch_size * d.seq_length**2 * d.hidden_size * is_kind(d, "transformer")
+    per_micro_batch = (2.0 * gemms.m * gemms.n * gemms.k * gemms.count * gemms.serial * scale).sum(-1)
+    return (per_micro_batch + d.flash_attention * core) / d.micro_batch_size, core / d.micro_batch_size
 
 
-def model_flops_per_step(d: DesignBatch) -> torch.Tensor:
+def model_flops_per_step(d: DesignBatch, gemms: Gemms | None = None) -> torch.Tensor:
     """FLOPs of one training step without recomputation (forward + backward = 3x forward), with
     the full (non-causal) attention square, as in Narayanan et al. 2021 eq. 3.
 
     For GPT this equals 72 B s L h^2 (1 + s/(6h) + V/(12 L h)) with B the global batch.
     """
-    layer, _ = layer_forward_flops_per_sequence(d)
-    one = d.replace(tp=1.0, cp=1.0, micro_batch_size=1.0)
-    return 3.0 * (d.num_layers * layer + logit_gemm_flops(one)) * d.global_batch_size
+    layer, _ = layer_forward_flops_per_sequence(d, gemms)
+    logits = logit_gemm_flops(d) * d.tp * d.cp / d.micro_batch_size
+    return 3.0 * (d.num_layers * layer + logits) * d.global_batch_size
 
 
 def activation_bytes_per_layer(d: DesignBatch) -> torch.Tensor:

@@ -18,7 +18,8 @@ def design_line(accelerator, system, model, mapping) -> str:
     return (f"{model.name} on {system.num_devices} x {accelerator.name} ({system.name}); "
             f"tp={mapping.tp} pp={mapping.pp} dp={dp} cp={mapping.cp} ep={mapping.ep} vp={mapping.vp} "
             f"sp={int(mapping.sequence_parallel)} mb={mapping.micro_batch_size} gb={mapping.global_batch_size} "
-            f"recompute={mapping.recompute} zero={mapping.zero_stage} precision={mapping.precision} "
+            f"recompute={mapping.recompute} zero={mapping.zero_stage} distopt={int(mapping.distributed_optimizer)} "
+            f"precision={mapping.precision} "
             f"flash={int(mapping.flash_attention)}")
 
 

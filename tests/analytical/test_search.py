@@ -7,6 +7,8 @@ import math
 import pytest
 import torch
 
+from analytical.design import RECOMPUTE_CODES
+
 from analytical import (AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec, evaluate,
                         single_design)
 from analytical.design import DTYPE
@@ -97,7 +99,8 @@ def test_every_enumerated_mapping_uses_all_devices_and_breaks_no_mapping_rule(sm
 
 def test_enumeration_is_the_whole_valid_space():
     """Brute force: every combination of the candidate values, valid ones kept by `evaluate`'s rules
-    (and the two dedupes: sequence parallel only with tp > 1, distributed optimizer only with ZeRO 0)."""
+    (and the dedupes: sequence parallel only with tp > 1, distributed optimizer only with ZeRO 0 and
+    standing for ZeRO-1, no selective recompute under flash attention)."""
     acc, system, model, gbs = h100(), dgx(8), GPT_1P3B, 64
     divisors = [1, 2, 4, 8]
     grid = torch.cartesian_prod(*[torch.tensor(v, dtype=DTYPE) for v in (
@@ -115,6 +118,8 @@ def test_enumeration_is_the_whole_valid_space():
     for code in MAPPING_RULES:
         valid &= reasons != int(code)
     valid &= ((sp == 0) | (tp > 1)) & ((dist == 0) | (zero == 0)) & (torch.remainder(8.0, tp * pp * cp) == 0)
+    # the equivalence dedupes: ZeRO-1 is the distributed optimizer; selective is a no-op under flash
+    valid &= (zero != 1) & (rc != RECOMPUTE_CODES["selective"])
     expected = mapping_rows(brute.index(valid))
     assert mapping_rows(enumerate_mappings(acc, system, model, gbs)) == expected
 
