@@ -84,11 +84,15 @@ def _col(x: torch.Tensor) -> torch.Tensor:
 def _gemm_table_time_s(g, d: DesignBatch, peak: torch.Tensor, eff: Efficiency, live: torch.Tensor) -> torch.Tensor:
     """`(batch, slots)` time of each GEMM slot, serial repetitions included. Only the `live` slots
     (non-empty for some design of the batch) are computed; the others cost 0."""
-    t = gemm_time_s(g.m[:, live], g.n[:, live], g.k[:, live], g.count[:, live], _col(peak),
-                    _col(d.compute_units), _col(d.tile_m), _col(d.tile_n), _col(d.hbm_bw_bytes_per_s),
-                    _col(d.sram_bw_bytes_per_s), _col(d.kernel_launch_s), _col(gemm_bytes_per_element(d)), eff)
+    every = bool(live.all())
+    m, n, k, count, serial = ((x if every else x[:, live]) for x in (g.m, g.n, g.k, g.count, g.serial))
+    t = gemm_time_s(m, n, k, count, _col(peak), _col(d.compute_units), _col(d.tile_m), _col(d.tile_n),
+                    _col(d.hbm_bw_bytes_per_s), _col(d.sram_bw_bytes_per_s), _col(d.kernel_launch_s),
+                    _col(gemm_bytes_per_element(d)), eff) * serial
+    if every:
+        return t
     out = torch.zeros_like(g.m)
-    out[:, live] = t * g.serial[:, live]
+    out[:, live] = t
     return out
 
 
@@ -121,17 +125,21 @@ def evaluate(d: DesignBatch, eff: Efficiency = DEFAULT_EFFICIENCY, chunk_size: i
                            for i in range(0, d.batch_size, chunk_size)])
 
 
-def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
-    peak_raw = peak_for_precision(d)
-    peak = torch.clamp_min(peak_raw, 1e9)  # keeps unsupported precisions finite; flagged below
-    zero = torch.zeros_like(peak)
-    transformer = is_kind(d, "transformer")
-    elem = activation_bytes_per_element(d)
-    tokens = local_tokens(d)
-    links = _links(d, eff)
+@dataclass
+class _Layer:
+    """Times of one layer, one micro-batch, on one device: each `(batch,)` or `(batch, slots)`."""
 
-    # ---- one layer, one micro-batch, on one device -------------------------------------------
-    gemms = layer_gemms(d)
+    fwd_slots: torch.Tensor
+    bwd_slots: torch.Tensor
+    forward: torch.Tensor
+    backward: torch.Tensor
+    flash_fwd: torch.Tensor
+    flash_bwd: torch.Tensor
+    core_fwd: torch.Tensor  # unfused attention core (QK^T, AV, softmax and dropout traffic)
+
+
+def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer:
+    """GEMMs (forward, input- and weight-gradient), memory-bound kernels and fused attention."""
     dgrad, wgrad = gemms.backward()
     live = (gemms.m * gemms.n * gemms.k * gemms.count > 0).any(0)
     fwd_slots = _gemm_table_time_s(gemms, d, peak, eff, live)
@@ -139,115 +147,153 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     mb_bytes, mb_kernels = memory_bound_bytes_per_layer(d)
     fwd_mem = memory_bound_time_s(mb_bytes, mb_kernels, d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
     core_flops = attention_core_flops(d) * d.flash_attention
-    qkvo_bytes = 4.0 * tokens * d.hidden_size / d.tp * elem * d.flash_attention
+    qkvo_bytes = 4.0 * local_tokens(d) * d.hidden_size / d.tp * elem * d.flash_attention
     flash_fwd = flash_attention_time_s(core_flops, qkvo_bytes, peak, d.hbm_bw_bytes_per_s,
                                        d.kernel_launch_s, eff)
     flash_bwd = flash_attention_time_s(2.5 * core_flops, 2.0 * qkvo_bytes, peak, d.hbm_bw_bytes_per_s,
                                        d.kernel_launch_s, eff)  # FA2 backward: 5 of the 2 fwd matmuls
-    layer_fwd = fwd_slots.sum(-1) + flash_fwd + fwd_mem + eff.layer_overhead_s
-    layer_bwd = bwd_slots.sum(-1) + flash_bwd + 2.0 * fwd_mem + eff.layer_overhead_s
-
-    # attention core of unfused attention: QK^T, AV and the a s^2 softmax/dropout traffic
+    unfused = (1.0 - d.flash_attention) * is_kind(d, "transformer")
     scores = d.micro_batch_size * d.num_heads / d.tp * (d.seq_length / d.cp) * d.seq_length
-    core_mem = memory_bound_time_s(4.5 * scores * elem * (1.0 - d.flash_attention) * transformer,
-                                   2.0 * (1.0 - d.flash_attention) * transformer, d.hbm_bw_bytes_per_s,
+    core_mem = memory_bound_time_s(4.5 * scores * elem * unfused, 2.0 * unfused, d.hbm_bw_bytes_per_s,
                                    d.kernel_launch_s, eff)
-    core_fwd = fwd_slots[..., CORE_SLOTS].sum(-1) + core_mem
+    return _Layer(fwd_slots=fwd_slots, bwd_slots=bwd_slots,
+                  forward=fwd_slots.sum(-1) + flash_fwd + fwd_mem + eff.layer_overhead_s,
+                  backward=bwd_slots.sum(-1) + flash_bwd + 2.0 * fwd_mem + eff.layer_overhead_s,
+                  flash_fwd=flash_fwd, flash_bwd=flash_bwd,
+                  core_fwd=fwd_slots[..., CORE_SLOTS].sum(-1) + core_mem)
 
-    # tensor parallel: 2 all-reduces (or all-gather + reduce-scatter pairs) forward, 2 backward
-    tp_message = tokens * d.hidden_size * elem
-    tp_ar = _on_group(coll.group_all_reduce_time_s, d, links, tp_message, d.tp, torch.ones_like(d.tp)) * transformer
-    # with overlap, TP collectives hide behind the GEMMs they feed or follow (QKV, out-projection,
-    # MLP); the attention core is left to context parallelism's ring
+
+def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem) -> dict[str, torch.Tensor]:
+    """Exposed tp / cp / ep communication of one layer and micro-batch, forward and backward."""
+    transformer = is_kind(d, "transformer")
+    tokens = local_tokens(d)
+    # tensor parallel: 2 all-reduces (or all-gather + reduce-scatter pairs) forward, 2 backward;
+    # with overlap they hide behind the GEMMs they feed or follow (QKV, out-projection, MLP), the
+    # attention core being left to context parallelism's ring
+    tp_ar = _on_group(coll.group_all_reduce_time_s, d, links, tokens * d.hidden_size * elem, d.tp,
+                      torch.ones_like(d.tp)) * transformer
     tp_hide = d.overlap_tp_comm
-    tp_fwd = _relu(2.0 * tp_ar - tp_hide * fwd_slots[..., TP_OVERLAP_SLOTS].sum(-1))
-    tp_bwd = _relu(2.0 * tp_ar - tp_hide * bwd_slots[..., TP_OVERLAP_SLOTS].sum(-1))
-
     # context parallel (ring attention): K and V circulate, overlapped with the attention kernels
     kv_bytes = 2.0 * tokens * d.num_kv_heads * (d.hidden_size / d.num_heads) / d.tp * elem * d.cp
     cp_ag = _on_group(coll.group_all_gather_time_s, d, links, kv_bytes, d.cp, d.tp) * transformer
-    attn_fwd = flash_fwd + core_fwd
-    cp_fwd = _relu(cp_ag - attn_fwd)
-    cp_bwd = _relu(2.0 * cp_ag - (flash_bwd + bwd_slots[..., CORE_SLOTS].sum(-1)))
-
     # expert parallel: dispatch and combine all-to-all, forward and backward
-    moe = (d.num_experts > 1).to(peak.dtype) * transformer
+    moe = (d.num_experts > 1).to(d.tp.dtype) * transformer
     ep_bytes = tokens * d.hidden_size * d.top_k * elem
     ep_a2a = _on_group(coll.group_all_to_all_time_s, d, links, ep_bytes, d.ep, d.tp * d.cp) * moe
-    ep_fwd, ep_bwd = 2.0 * ep_a2a, 2.0 * ep_a2a
+    return {
+        "tp_fwd": _relu(2.0 * tp_ar - tp_hide * layer.fwd_slots[..., TP_OVERLAP_SLOTS].sum(-1)),
+        "tp_bwd": _relu(2.0 * tp_ar - tp_hide * layer.bwd_slots[..., TP_OVERLAP_SLOTS].sum(-1)),
+        "cp_fwd": _relu(cp_ag - (layer.flash_fwd + layer.core_fwd)),
+        "cp_bwd": _relu(2.0 * cp_ag - (layer.flash_bwd + layer.bwd_slots[..., CORE_SLOTS].sum(-1))),
+        "ep_fwd": 2.0 * ep_a2a,
+        "ep_bwd": 2.0 * ep_a2a,
+    }
+
+
+def _output_layer(d: DesignBatch, peak, elem, eff: Efficiency) -> dict[str, torch.Tensor]:
+    """Logit GEMMs and the fp32 softmax cross-entropy of one micro-batch on the last stage."""
+    not_gemm = 1.0 - is_kind(d, "gemm")
+    logit_fwd = logit_gemm_flops(d) / (peak * eff.gemm_peak_fraction) + d.kernel_launch_s * not_gemm
+    loss = memory_bound_time_s(local_tokens(d) * d.vocab_size / d.tp * (elem + 8.0) * not_gemm, 3.0 * not_gemm,
+                               d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
+    return {"forward_compute": logit_fwd + loss, "backward_compute": 2.0 * logit_fwd + loss}
+
+
+def _pipeline_p2p_s(d: DesignBatch, links, elem, micro_batches) -> torch.Tensor:
+    """Exposed point-to-point transfers of the 1F1B (or interleaved) schedule: one forward and one
+    backward per micro-batch and model chunk, plus the fill. With Megatron's scatter-gather each
+    tp rank sends 1/tp of the activation."""
+    pp_bw, pp_alpha = coll.p2p_link(d.pp, d.tp * d.cp * d.dp, d.scale_up_domain, *links)
+    p2p_bytes = local_tokens(d) * d.hidden_size * elem / d.tp
+    p2p = torch.where(d.pp > 1, coll.p2p_time_s(p2p_bytes, pp_bw, pp_alpha), torch.zeros_like(d.pp))
+    return 2.0 * p2p * (micro_batches * d.vp + d.pp - 1.0)
+
+
+def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches, eff: Efficiency) -> torch.Tensor:
+    """Data-parallel / ZeRO communication per step, before overlap.
+
+    ZeRO-0: all-reduce of the gradients. ZeRO-1 or distributed optimizer: reduce-scatter of the
+    gradients and all-gather of the updated weights. ZeRO-2: a reduce-scatter per micro-batch.
+    ZeRO-3: per micro-batch, weights gathered for forward and backward and gradients scattered, at
+    `zero3_comm_fraction` of the collective bound.
+    """
+    grad_bytes = params * grad_bytes_per_param(d)
+    weight_bytes = params * elem  # gathered in the 16-bit (fp32: 32-bit) training dtype
+    stride = d.tp * d.cp
+    ar = _on_group(coll.group_all_reduce_time_s, d, links, grad_bytes, d.dp, stride)
+    rs = _on_group(coll.group_all_gather_time_s, d, links, grad_bytes, d.dp, stride)
+    ag = _on_group(coll.group_all_gather_time_s, d, links, weight_bytes, d.dp, stride)
+    z = d.zero_stage
+    sharded = _optimizer_sharded(d)
+    return torch.where(z >= 3, micro_batches * (2.0 * ag + rs) / eff.zero3_comm_fraction,
+                       torch.where(z >= 2, micro_batches * rs + ag, sharded * (rs + ag) + (1.0 - sharded) * ar))
+
+
+def _optimizer_sharded(d: DesignBatch) -> torch.Tensor:
+    return ((d.zero_stage >= 1) | (d.distributed_optimizer > 0)).to(d.tp.dtype)
+
+
+def _optimizer_time_s(d: DesignBatch, params, eff: Efficiency) -> torch.Tensor:
+    """Adam over this device's (possibly sharded) parameters: a memory-bound multi-tensor kernel."""
+    opt_params = params / torch.where(_optimizer_sharded(d) > 0, d.dp, torch.ones_like(d.dp))
+    return memory_bound_time_s(opt_params * ADAM_BYTES_PER_PARAM, torch.full_like(d.dp, 4.0),
+                               d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
+
+
+def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
+    peak_raw = peak_for_precision(d)
+    peak = torch.clamp_min(peak_raw, 1e9)  # keeps unsupported precisions finite; flagged below
+    elem = activation_bytes_per_element(d)
+    links = _links(d, eff)
+    gemms = layer_gemms(d)
+    layer = _layer_compute(d, gemms, peak, elem, eff)
+    comm = _model_parallel_comm(d, layer, links, elem)
 
     full = (d.recompute == RECOMPUTE_CODES["full"]).to(peak.dtype)
     selective = (d.recompute == RECOMPUTE_CODES["selective"]).to(peak.dtype)
-    recompute = full * layer_fwd + selective * core_fwd
     layer_parts = {
-        "forward_compute": layer_fwd,
-        "backward_compute": layer_bwd,
-        "recompute": recompute,
-        "tp_comm": tp_fwd + tp_bwd + full * tp_fwd,
-        "cp_comm": cp_fwd + cp_bwd + full * cp_fwd,
-        "ep_comm": ep_fwd + ep_bwd + full * ep_fwd,
+        "forward_compute": layer.forward,
+        "backward_compute": layer.backward,
+        "recompute": full * layer.forward + selective * layer.core_fwd,
+        "tp_comm": comm["tp_fwd"] + comm["tp_bwd"] + full * comm["tp_fwd"],
+        "cp_comm": comm["cp_fwd"] + comm["cp_bwd"] + full * comm["cp_fwd"],
+        "ep_comm": comm["ep_fwd"] + comm["ep_bwd"] + full * comm["ep_fwd"],
     }
+    logit_parts = _output_layer(d, peak, elem, eff)
 
-    # output layer and loss on the last stage (logit GEMMs + fp32 softmax cross-entropy)
-    not_gemm = 1.0 - is_kind(d, "gemm")
-    logit_fwd_flops = logit_gemm_flops(d)
-    logit_fwd = logit_fwd_flops / (peak * eff.gemm_peak_fraction) + d.kernel_launch_s * not_gemm
-    loss = memory_bound_time_s(tokens * d.vocab_size / d.tp * (elem + 8.0) * not_gemm, 3.0 * not_gemm,
-                               d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
-    logit_parts = {"forward_compute": logit_fwd + loss, "backward_compute": 2.0 * logit_fwd + loss}
-
-    # ---- pipeline ------------------------------------------------------------------------------
+    # pipeline: the last stage holds num_layers / pp layers and the output layer
     layers_per_stage = d.num_layers / d.pp
     micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
-    stage_parts = {k: layers_per_stage * v + logit_parts.get(k, zero) for k, v in layer_parts.items()}
+    stage_parts = {k: layers_per_stage * v + logit_parts.get(k, torch.zeros_like(v)) for k, v in layer_parts.items()}
     stage_max = sum(stage_parts.values())
     stage_mean = (sum(layer_parts.values()) * d.num_layers + sum(logit_parts.values())) / d.pp
-    bubble = (d.pp - 1.0) / d.vp * stage_mean
-    pp_stride = d.tp * d.cp * d.dp
-    up_bw, up_alpha, out_bw, out_alpha = links
-    pp_bw, pp_alpha = coll.p2p_link(d.pp, pp_stride, d.scale_up_domain, up_bw, up_alpha, out_bw, out_alpha)
-    p2p_bytes = tokens * d.hidden_size * elem / d.tp  # scatter-gather: each tp rank sends 1/tp
-    p2p = torch.where(d.pp > 1, coll.p2p_time_s(p2p_bytes, pp_bw, pp_alpha), zero)
-    pp_p2p = 2.0 * p2p * (micro_batches * d.vp + d.pp - 1.0)
 
-    # ---- data parallel / ZeRO ------------------------------------------------------------------
-    params = params_per_device(d)
-    grad_bytes = params * grad_bytes_per_param(d)
-    weight_bytes = params * elem  # gathered in the 16-bit (fp32: 32-bit) training dtype
-    dp_stride = d.tp * d.cp
-    ar = _on_group(coll.group_all_reduce_time_s, d, links, grad_bytes, d.dp, dp_stride)
-    rs = _on_group(coll.group_all_gather_time_s, d, links, grad_bytes, d.dp, dp_stride)
-    ag = _on_group(coll.group_all_gather_time_s, d, links, weight_bytes, d.dp, dp_stride)
-    z = d.zero_stage
-    sharded = ((z >= 1) | (d.distributed_optimizer > 0)).to(peak.dtype)
-    dp_time = torch.where(z >= 3, micro_batches * (2.0 * ag + rs) / eff.zero3_comm_fraction,
-                          torch.where(z >= 2, micro_batches * rs + ag,
-                                      sharded * (rs + ag) + (1.0 - sharded) * ar))
     # ZeRO-3 implementations (DeepSpeed, FSDP) always prefetch parameters: their gathers overlap
     # the whole step. Otherwise, with overlap on, the reduction hides behind the last micro-batch's
     # backward pass (its wall time: compute and exposed tp/cp/ep communication).
-    backward_wall = (layers_per_stage * (layer_bwd + tp_bwd + cp_bwd + ep_bwd) + logit_parts["backward_compute"])
-    overlapped = torch.relu(dp_time - torch.where(z >= 3, micro_batches * stage_max, backward_wall))
-    dp_exposed = torch.where((d.overlap_dp_comm > 0) | (z >= 3), overlapped, dp_time)
-
-    opt_params = params / torch.where(sharded > 0, d.dp, torch.ones_like(d.dp))
-    optimizer = memory_bound_time_s(opt_params * ADAM_BYTES_PER_PARAM, torch.full_like(peak, 4.0),
-                                    d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
+    params = params_per_device(d)
+    dp_time = _data_parallel_time_s(d, params, links, elem, micro_batches, eff)
+    backward_wall = (layers_per_stage * (layer.backward + comm["tp_bwd"] + comm["cp_bwd"] + comm["ep_bwd"])
+                     + logit_parts["backward_compute"])
+    zero3 = d.zero_stage >= 3
+    overlapped = _relu(dp_time - torch.where(zero3, micro_batches * stage_max, backward_wall))
 
     breakdown = {k: micro_batches * v for k, v in stage_parts.items()}
-    breakdown.update(pipeline_bubble=bubble, pp_p2p=pp_p2p, dp_comm=dp_exposed, optimizer=optimizer)
+    breakdown.update(pipeline_bubble=(d.pp - 1.0) / d.vp * stage_mean,
+                     pp_p2p=_pipeline_p2p_s(d, links, elem, micro_batches),
+                     dp_comm=torch.where((d.overlap_dp_comm > 0) | zero3, overlapped, dp_time),
+                     optimizer=_optimizer_time_s(d, params, eff))
     breakdown = {k: breakdown[k] for k in TIME_PARTS}
     step_time = sum(breakdown.values())
 
-    # ---- memory, feasibility, metrics --------------------------------------------------------
     memory = memory_breakdown(d, params)
     memory_total = sum(memory.values())
     reason = mapping_reasons(d, peak_raw)
     oom = memory_total > d.hbm_bytes
     reason = torch.where((reason == 0) & oom, torch.full_like(reason, int(Reason.OUT_OF_MEMORY)), reason)
 
-    model_flops = model_flops_per_step(d, gemms)
     layer_flops, core_flops_seq = layer_forward_flops_per_sequence(d, gemms)
+    model_flops = model_flops_per_step(d, gemms, layer_flops)
     # selective recompute re-runs the unfused attention core only; flash kernels already recompute inside
     recompute_flops = (full * layer_flops + selective * (1.0 - d.flash_attention) * core_flops_seq) \
         * d.num_layers * d.global_batch_size

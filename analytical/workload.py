@@ -192,13 +192,15 @@ def layer_forward_flops_per_sequence(d: DesignBatch, gemms: Gemms | None = None)
     return (per_micro_batch + d.flash_attention * core) / d.micro_batch_size, core / d.micro_batch_size
 
 
-def model_flops_per_step(d: DesignBatch, gemms: Gemms | None = None) -> torch.Tensor:
+def model_flops_per_step(d: DesignBatch, gemms: Gemms | None = None,
+                         layer_flops: torch.Tensor | None = None) -> torch.Tensor:
     """FLOPs of one training step without recomputation (forward + backward = 3x forward), with
     the full (non-causal) attention square, as in Narayanan et al. 2021 eq. 3.
 
     For GPT this equals 72 B s L h^2 (1 + s/(6h) + V/(12 L h)) with B the global batch.
+    `layer_flops` is `layer_forward_flops_per_sequence(d, gemms)[0]` when the caller has it.
     """
-    layer, _ = layer_forward_flops_per_sequence(d, gemms)
+    layer = layer_forward_flops_per_sequence(d, gemms)[0] if layer_flops is None else layer_flops
     logits = logit_gemm_flops(d) * d.tp * d.cp / d.micro_batch_size
     return 3.0 * (d.num_layers * layer + logits) * d.global_batch_size
 
