@@ -30,10 +30,11 @@ not fit in memory, or for reasons shared by all mappings (an unsupported precisi
 without scale-out links); `evaluate` decides those.
 
 Size and cost (2-core CPU, one torch thread, `experiments/benchmarks/bench_analytical.py`): GPT-3
-175B on 1024 GPUs with a global batch of 1536 enumerates 41,595 mappings and searches them in
-~0.1-0.2 s; GPT-3 13B on 64 GPUs (global batch 1024) 9,615 in ~0.03 s. The grid grows with the
-number of divisors of num_devices (tp x pp x cp) times 5 micro-batches x up to 4 vp x 2 x 3 x 5;
-lower `max_micro_batch_size` / `max_vp` or turn off `context_parallel` if a space gets too large.
+175B on 1024 GPUs with a global batch of 1536 enumerates 19,020 mappings with flash attention
+(28,530 without, where selective recompute is searched too) in ~0.05-0.15 s; GPT-3 13B on 64 GPUs
+(global batch 1024) in ~0.02 s. The grid grows with the number of divisors of num_devices
+(tp x pp x cp) times 5 micro-batches x up to 4 vp x 2 x 3 x 4; lower `max_micro_batch_size` /
+`max_vp` or turn off `context_parallel` if a space gets too large.
 """
 
 from __future__ import annotations
@@ -249,26 +250,6 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
     return mapping.validate()
 
 
-def index_result(result: StepResult, idx: torch.Tensor | slice) -> StepResult:
-    """Rows of a `StepResult` (breakdown dictionaries included)."""
-    fields = {}
-    for f in dataclasses.fields(result):
-        value = getattr(result, f.name)
-        fields[f.name] = {k: v[idx] for k, v in value.items()} if isinstance(value, dict) else value[idx]
-    return StepResult(**fields)
-
-
-def _cat_results(results: Sequence[StepResult]) -> StepResult:
-    fields = {}
-    for f in dataclasses.fields(results[0]):
-        first = getattr(results[0], f.name)
-        if isinstance(first, dict):
-            fields[f.name] = {k: torch.cat([getattr(r, f.name)[k] for r in results]) for k in first}
-        else:
-            fields[f.name] = torch.cat([getattr(r, f.name) for r in results])
-    return StepResult(**fields)
-
-
 @contextmanager
 def _torch_threads(n: Optional[int]):
     previous = torch.get_num_threads()
@@ -318,14 +299,14 @@ def best_mappings(accelerator: AcceleratorSpec, system: SystemSpec, model: Model
             num_feasible += int(res.feasible.sum())
             local = _fastest_feasible(res.step_time_s, res.feasible, top_k)
             kept_idx.append(local + lo)
-            kept_results.append(index_result(res, local))
+            kept_results.append(res.index(local))
         if kept_results:
-            candidates, cand_idx = _cat_results(kept_results), torch.cat(kept_idx)
+            candidates, cand_idx = StepResult.cat(kept_results), torch.cat(kept_idx)
         else:  # nothing enumerated: an empty batch evaluates to empty results
             candidates, cand_idx = evaluate(designs, eff), torch.zeros(0, dtype=torch.int64)
     pick = _fastest_feasible(candidates.step_time_s, candidates.feasible, top_k)
     top_designs = designs.index(cand_idx[pick])
-    top_result = index_result(candidates, pick)
+    top_result = candidates.index(pick)
     mappings = [mapping_from_batch(top_designs, i) for i in range(top_designs.batch_size)]
     rows = [top_result.row(i) for i in range(top_designs.batch_size)]
     return SearchResult(designs=top_designs, result=top_result, mappings=mappings, rows=rows,

@@ -52,6 +52,12 @@ class StepResult:
     time_breakdown_s: dict[str, torch.Tensor] = field(default_factory=dict)
     memory_breakdown_bytes: dict[str, torch.Tensor] = field(default_factory=dict)
 
+    def index(self, idx: torch.Tensor | slice) -> "StepResult":
+        """The rows `idx` of every tensor, breakdown dictionaries included."""
+        return StepResult(**{f.name: ({k: v[idx] for k, v in getattr(self, f.name).items()}
+                                      if isinstance(getattr(self, f.name), dict) else getattr(self, f.name)[idx])
+                             for f in fields(self)})
+
     @staticmethod
     def cat(parts: list["StepResult"]) -> "StepResult":
         """Concatenate results of consecutive chunks of a batch."""
