@@ -32,6 +32,14 @@ def _explain(exc: Exception, overrides: list[str]) -> str:
     return text
 
 
+def _field_override(override: str) -> str:
+    """`group.field=value` may set any field of the group's spec, also one its preset leaves at the
+    default: Hydra's add-or-override form (`++`). Unknown fields are rejected by `to_spec`."""
+    key = override.partition("=")[0]
+    group, dot, _ = key.partition(".")
+    return f"++{override}" if dot and group in GROUP_SPECS else override
+
+
 def compose_config(overrides: list[str], config_name: str = "config") -> DictConfig:
     """The composed config for `overrides` (Hydra syntax), or a ConfigError naming the problem."""
     for override in overrides:
@@ -39,7 +47,7 @@ def compose_config(overrides: list[str], config_name: str = "config") -> DictCon
             raise ConfigError(f"argument {override!r} is not an override: use key=value (e.g. model=gpt3-175b)")
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return compose(config_name=config_name, overrides=overrides)
+            return compose(config_name=config_name, overrides=[_field_override(o) for o in overrides])
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(_explain(exc, overrides)) from None
 

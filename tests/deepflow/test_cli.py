@@ -84,3 +84,11 @@ def test_validate_json_schema_and_table(tmp_path):
     assert {"id", "predicted_s", "measured_s", "error"} <= set(result["rows"][0])
     table = run("validate")
     assert table.returncode == 0 and "mean |error|" in table.stdout
+
+
+def test_any_spec_field_can_be_overridden_even_if_the_preset_omits_it():
+    # conf/mapping/data-parallel.yaml does not list tp or ep: the override still sets them
+    out = run("evaluate", "output=json", "model=mixtral-8x7b", "mapping=data-parallel", "system.num_devices=64",
+              "mapping.tp=2", "mapping.ep=8", "mapping.global_batch_size=256", "mapping.micro_batch_size=1")
+    assert out.returncode == 0, out.stderr
+    assert "tp=2" in json.loads(out.stdout)["design"] and "ep=8" in json.loads(out.stdout)["design"]
