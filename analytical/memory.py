@@ -58,7 +58,7 @@ def optimizer_bytes_per_param(d: DesignBatch) -> torch.Tensor:
 
 def in_flight_micro_batches(d: DesignBatch) -> torch.Tensor:
     """Micro-batches whose activations the first stage holds at once under 1F1B: min(m, pp),
-    times (1 + (pp-1)/(pp vp)) / 1 for the interleaved schedule (Korthikanti et al. 2022, sec. 4.2.3)."""
+    times (1 + (pp-1)/(pp vp)) for the interleaved schedule (Korthikanti et al. 2022, sec. 4.2.3)."""
     micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
     interleave = torch.where(d.vp > 1, 1.0 + (d.pp - 1.0) / (d.pp * d.vp), torch.ones_like(d.vp))
     return torch.minimum(micro_batches, d.pp) * interleave
