@@ -63,3 +63,19 @@ def option(cfg: DictConfig, key: str, allowed: tuple | None = None) -> Any:
     if allowed is not None and value not in allowed:
         raise ConfigError(f"{key}={value!r} is invalid: allowed {', '.join(map(str, allowed))}")
     return value
+
+
+def space_from_config(cfg: DictConfig):
+    """The `DesignSpace` of the composed config: `space.parameters` around the design of the
+    hardware, system, model and mapping groups (its mapping fields are the template's defaults)."""
+    from analytical.design import single_design
+    from analytical.space import DesignSpace, parameters_from_dicts
+    from analytical.specs import SpecError
+
+    space = OmegaConf.to_container(cfg.space, resolve=True)
+    try:
+        params = parameters_from_dicts(space.get("parameters", []))
+        return DesignSpace(name=str(space.get("name", "space")), parameters=params,
+                           template=single_design(*specs_from_config(cfg))).validate()
+    except SpecError as exc:
+        raise ConfigError(str(exc)) from None

@@ -45,3 +45,22 @@ def test_unknown_field_and_wrong_type_are_named():
         to_spec("mapping", {"tp": "eight"})
     with pytest.raises(ConfigError, match="model.num_layers"):
         load_preset("model", available("model")[0], num_layers=0)
+
+
+@pytest.mark.parametrize("name", available("space"))
+def test_every_space_config_samples_and_evaluates(name):
+    from deepflow.config import space_from_config
+
+    space = space_from_config(compose_config([f"space={name}"]))
+    u = space.sample(2000, seed=1)
+    assert bool(space.known_feasible(u).all())
+    result = space.evaluate(u)
+    assert bool(torch.isfinite(result.step_time_s).all()) and bool(result.feasible.any())
+
+
+def test_bad_space_parameter_is_a_config_error_naming_it():
+    from deepflow.config import space_from_config
+
+    cfg = compose_config(["space=mapping-only", "space.parameters.0.kind=exponential"])
+    with pytest.raises(ConfigError, match="kind"):
+        space_from_config(cfg)

@@ -1,0 +1,235 @@
+"""A searchable design space: typed parameters, the unit cube [0, 1]^d, sampling and evaluation.
+
+A `DesignSpace` varies some fields of a template design (a `DesignBatch` of one) and keeps the
+others. Each `Parameter` names a `DesignBatch` field (SI units, categorical codes) and has a kind:
+
+- `continuous`: low + u (high - low), or geometric between low and high when `log` is set;
+- `integer`: the integers low..high in equal bins of u;
+- `log2`: the powers of two from low to high (both powers of two) in equal bins;
+- `categorical`: the codes of `choices` (names, see `analytical.design.*_CODES`) in equal bins.
+
+`encode` maps a value to the centre of its bin, so `decode(encode(x)) == x` for every value in the
+space. Data-parallelism is derived (dp = num_devices / (tp pp cp)) so that the product of degrees
+equals the device count whenever it can; points where it cannot, and points that break any other
+mapping rule of `analytical.feasibility`, violate a *known constraint* and `sample` filters them
+out. Points that pass may still be infeasible (out of memory): `evaluate` tells.
+
+Tied fields: `peak_bf16_flops_per_s` scales every tensor precision's peak by the same factor as
+the template's bf16 peak (the ratios of one architecture), so a space need not vary each one.
+
+All tensors are float64; points are `(n, d)`, values `(n,)` per parameter. No Hydra or MLflow here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Optional, Sequence
+
+import torch
+
+from analytical.design import (DTYPE, FFN_CODES, KIND_CODES, PRECISION_CODES, RECOMPUTE_CODES, TOPOLOGY_CODES,
+                               DesignBatch)
+from analytical.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from analytical.feasibility import mapping_reasons, peak_for_precision
+from analytical.specs import SpecError
+from analytical.step import StepResult, evaluate
+
+PARAMETER_KINDS = ("continuous", "integer", "log2", "categorical")
+CATEGORY_CODES = {"precision": PRECISION_CODES, "recompute": RECOMPUTE_CODES, "topology": TOPOLOGY_CODES,
+                  "kind": KIND_CODES, "ffn_type": FFN_CODES}
+# human units a config may give bounds in (`unit:`), converted to SI when parsed
+UNITS = {"TFLOP/s": 1e12, "TB/s": 1e12, "GB/s": 1e9, "Gbit/s": 1e9 / 8.0, "GiB": 2.0**30, "MiB": 2.0**20,
+         "us": 1e-6}
+DESIGN_FIELDS = tuple(f.name for f in fields(DesignBatch))
+TENSOR_PEAKS = ("peak_tf32_flops_per_s", "peak_fp16_flops_per_s", "peak_bf16_flops_per_s", "peak_fp8_flops_per_s")
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One searchable field of `DesignBatch`. `choices` are names for categorical fields with codes
+    (e.g. recompute: none, selective, full), numbers otherwise (e.g. zero_stage: 0, 1, 2, 3)."""
+
+    name: str
+    kind: str
+    low: float = 0.0
+    high: float = 1.0
+    choices: tuple = ()
+    log: bool = False
+
+    def validate(self) -> "Parameter":
+        where = f"space.parameters[{self.name}]"
+        if self.name not in DESIGN_FIELDS:
+            raise SpecError(where, "name", self.name, "a DesignBatch field (" + ", ".join(DESIGN_FIELDS) + ")")
+        if self.name == "dp":
+            raise SpecError(where, "name", self.name, "any field but dp (derived from the device count)")
+        if self.kind not in PARAMETER_KINDS:
+            raise SpecError(where, "kind", self.kind, "one of " + ", ".join(PARAMETER_KINDS))
+        if self.kind == "categorical":
+            if not self.choices:
+                raise SpecError(where, "choices", self.choices, "at least one value")
+            codes = CATEGORY_CODES.get(self.name)
+            for choice in self.choices:
+                if codes is not None and choice not in codes:
+                    raise SpecError(where, "choices", choice, "one of " + ", ".join(codes))
+                if codes is None and (isinstance(choice, str) or not math.isfinite(float(choice))):
+                    raise SpecError(where, "choices", choice, "numbers")
+            return self
+        if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.low > self.high:
+            raise SpecError(where, "low/high", (self.low, self.high), "finite numbers with low <= high")
+        if (self.log or self.kind == "log2") and self.low <= 0:
+            raise SpecError(where, "low", self.low, "> 0 for a log or log2 parameter")
+        if self.kind == "log2":
+            for bound in (self.low, self.high):
+                if 2.0 ** round(math.log2(bound)) != bound:
+                    raise SpecError(where, "low/high", bound, "powers of two")
+        if self.kind == "integer" and (self.low != int(self.low) or self.high != int(self.high)):
+            raise SpecError(where, "low/high", (self.low, self.high), "integers")
+        return self
+
+    @property
+    def values(self) -> Optional[torch.Tensor]:
+        """Every value of a discrete parameter, as codes (`(k,)`); None for continuous ones."""
+        if self.kind == "categorical":
+            codes = CATEGORY_CODES.get(self.name)
+            return torch.tensor([codes[c] if codes else float(c) for c in self.choices], dtype=DTYPE)
+        if self.kind == "integer":
+            return torch.arange(self.low, self.high + 1.0, dtype=DTYPE)
+        if self.kind == "log2":
+            return 2.0 ** torch.arange(math.log2(self.low), math.log2(self.high) + 1.0, dtype=DTYPE)
+        return None
+
+    @property
+    def cardinality(self) -> float:
+        values = self.values
+        return math.inf if values is None else float(values.numel())
+
+    def decode(self, u: torch.Tensor) -> torch.Tensor:
+        """`(n,)` unit-interval coordinates to `(n,)` values."""
+        values = self.values
+        if values is None:
+            if self.log:
+                return self.low * (self.high / self.low) ** u
+            return self.low + u * (self.high - self.low)
+        index = torch.clamp(torch.floor(u * values.numel()), 0, values.numel() - 1).long()
+        return values[index]
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """`(n,)` values to unit-interval coordinates (bin centres for discrete parameters)."""
+        values = self.values
+        if values is None:
+            if self.log:
+                return torch.log(x / self.low) / math.log(self.high / self.low) if self.high > self.low \
+                    else torch.zeros_like(x)
+            return (x - self.low) / (self.high - self.low) if self.high > self.low else torch.zeros_like(x)
+        index = torch.argmin((x.unsqueeze(-1) - values).abs(), dim=-1)
+        return (index.to(DTYPE) + 0.5) / values.numel()
+
+
+@dataclass
+class DesignSpace:
+    """Parameters varied around a template design (a `DesignBatch` of one)."""
+
+    name: str
+    parameters: tuple[Parameter, ...]
+    template: DesignBatch
+
+    def validate(self) -> "DesignSpace":
+        if self.template.batch_size != 1:
+            raise SpecError(f"space[{self.name}]", "template", self.template.batch_size, "a batch of one design")
+        names = [p.validate().name for p in self.parameters]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise SpecError(f"space[{self.name}]", "parameters", duplicates, "each field at most once")
+        if not names:
+            raise SpecError(f"space[{self.name}]", "parameters", (), "at least one parameter")
+        return self
+
+    @property
+    def dim(self) -> int:
+        return len(self.parameters)
+
+    @property
+    def names(self) -> list[str]:
+        return [p.name for p in self.parameters]
+
+    @property
+    def size(self) -> float:
+        """Number of points (inf when a parameter is continuous), before constraints."""
+        return math.prod(p.cardinality for p in self.parameters)
+
+    def decode(self, u: torch.Tensor) -> dict[str, torch.Tensor]:
+        """`(n, d)` points of the unit cube to `{name: (n,)}` values."""
+        return {p.name: p.decode(u[:, i]) for i, p in enumerate(self.parameters)}
+
+    def encode(self, values: dict[str, torch.Tensor]) -> torch.Tensor:
+        """`{name: (n,)}` values to `(n, d)` points."""
+        return torch.stack([p.encode(values[p.name].to(DTYPE)) for p in self.parameters], dim=-1)
+
+    def to_batch(self, u: torch.Tensor) -> DesignBatch:
+        """`(n, d)` points to the `DesignBatch` of their designs (template fields elsewhere)."""
+        values = self.decode(u)
+        t = self.template
+        if "peak_bf16_flops_per_s" in values:
+            scale = values["peak_bf16_flops_per_s"] / t.peak_bf16_flops_per_s
+            values.update({name: getattr(t, name) * scale for name in TENSOR_PEAKS})
+        batch = t.expand(u.shape[0]).replace(**values)
+        dp = batch.num_devices / (batch.tp * batch.pp * batch.cp)
+        return batch.replace(dp=torch.clamp_min(dp, 1.0))
+
+    def known_feasible(self, u: torch.Tensor) -> torch.Tensor:
+        """`(n,)` bool: the point breaks no known constraint (mapping rules, integer dp)."""
+        batch = self.to_batch(u)
+        return mapping_reasons(batch, peak_for_precision(batch)) == 0
+
+    def sample(self, n: int, method: str = "sobol", seed: int = 0, known_feasible: bool = True,
+               max_draws: int = 64) -> torch.Tensor:
+        """`(n, d)` points from a scrambled Sobol sequence or uniformly at random, keeping only those
+        that satisfy the known constraints when `known_feasible`. Raises SpecError naming the
+        space when fewer than n are found in `max_draws` rounds (the constraints leave too little)."""
+        if method not in ("sobol", "random"):
+            raise SpecError(f"space[{self.name}]", "sampler", method, "sobol or random")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise SpecError(f"space[{self.name}]", "n", n, "an integer >= 1")
+        engine = torch.quasirandom.SobolEngine(self.dim, scramble=True, seed=seed) if method == "sobol" else None
+        generator = torch.Generator().manual_seed(seed)
+        kept: list[torch.Tensor] = []
+        found = 0
+        for _ in range(max_draws):
+            draw = max(n - found, 1024)
+            u = engine.draw(draw, dtype=DTYPE) if engine else torch.rand(draw, self.dim, generator=generator,
+                                                                          dtype=DTYPE)
+            if known_feasible:
+                u = u[self.known_feasible(u)]
+            kept.append(u)
+            found += u.shape[0]
+            if found >= n:
+                return torch.cat(kept)[:n]
+        raise SpecError(f"space[{self.name}]", "known constraints", f"{found} of {n} points found",
+                        "a space where valid points are not vanishingly rare")
+
+    def evaluate(self, u: torch.Tensor, eff: Efficiency = DEFAULT_EFFICIENCY) -> StepResult:
+        """The analytical model on `(n, d)` points: infeasible points are answers, not errors."""
+        return evaluate(self.to_batch(u), eff)
+
+
+def parameters_from_dicts(entries: Sequence[dict]) -> tuple[Parameter, ...]:
+    """Parameters from plain mappings (a config's `parameters:` list), unknown keys named. An entry
+    may give `low`/`high` in a human `unit` (see `UNITS`); they are converted to SI."""
+    known = {f.name for f in fields(Parameter)} | {"unit"}
+    out = []
+    for i, entry in enumerate(entries):
+        for key in entry:
+            if key not in known:
+                raise SpecError(f"space.parameters[{i}]", key, entry[key], "keys " + ", ".join(sorted(known)))
+        values = dict(entry)
+        unit = values.pop("unit", None)
+        if unit is not None and unit not in UNITS:
+            raise SpecError(f"space.parameters[{i}]", "unit", unit, "one of " + ", ".join(UNITS))
+        if "choices" in values:
+            values["choices"] = tuple(values["choices"])
+        for key in ("low", "high"):
+            if key in values:
+                values[key] = float(values[key]) * (UNITS[unit] if unit else 1.0)
+        out.append(Parameter(**values).validate())
+    return tuple(out)

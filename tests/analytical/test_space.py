@@ -1,0 +1,138 @@
+"""The design space: encoding, sampling with known constraints, evaluation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from analytical import MappingSpec, single_design
+from analytical.design import RECOMPUTE_CODES
+from analytical.space import DesignSpace, Parameter, parameters_from_dicts
+from analytical.specs import SpecError
+
+MAPPING_PARAMS = (
+    Parameter("tp", "log2", 1, 16), Parameter("pp", "log2", 1, 16), Parameter("micro_batch_size", "log2", 1, 8),
+    Parameter("recompute", "categorical", choices=("none", "selective", "full")),
+    Parameter("zero_stage", "categorical", choices=(0, 1, 2, 3)),
+)
+HARDWARE_PARAMS = (
+    Parameter("peak_bf16_flops_per_s", "continuous", 1e14, 2.5e15, log=True),
+    Parameter("hbm_bw_bytes_per_s", "continuous", 9e11, 8e12),
+    Parameter("scale_up_domain", "integer", 8, 16),
+)
+
+
+@pytest.fixture
+def template(a100, make_system, gpt3):
+    return single_design(a100, make_system(64), gpt3, MappingSpec(global_batch_size=128, flash_attention=True))
+
+
+@pytest.fixture
+def space(template):
+    return DesignSpace("test", MAPPING_PARAMS + HARDWARE_PARAMS, template).validate()
+
+
+def test_discrete_values_round_trip_exactly_and_continuous_closely(space):
+    u = torch.rand(2000, space.dim, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    values = space.decode(u)
+    again = space.decode(space.encode(values))
+    for p in space.parameters:
+        if p.kind == "continuous":
+            torch.testing.assert_close(again[p.name], values[p.name], rtol=1e-12, atol=0)
+        else:
+            assert torch.equal(again[p.name], values[p.name]), p.name
+    assert bool(((space.encode(values) >= 0) & (space.encode(values) <= 1)).all())
+
+
+def test_decoded_values_stay_in_their_sets(space):
+    u = torch.rand(5000, space.dim, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    values = space.decode(torch.cat([u, torch.zeros(1, space.dim), torch.ones(1, space.dim)]))
+    assert set(values["tp"].tolist()) <= {1.0, 2.0, 4.0, 8.0, 16.0}
+    assert set(values["recompute"].tolist()) == set(float(c) for c in RECOMPUTE_CODES.values())
+    assert set(values["scale_up_domain"].tolist()) == set(float(i) for i in range(8, 17))
+    peak = values["peak_bf16_flops_per_s"]
+    assert float(peak.min()) >= 1e14 * (1 - 1e-12) and float(peak.max()) <= 2.5e15 * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("method", ["sobol", "random"])
+def test_samples_respect_the_known_constraints(space, method):
+    u = space.sample(3000, method=method, seed=3)
+    assert u.shape == (3000, space.dim)
+    batch = space.to_batch(u)
+    assert bool((batch.tp * batch.pp * batch.dp * batch.cp == batch.num_devices).all())
+    assert bool(space.known_feasible(u).all())
+    unfiltered = space.sample(3000, method=method, seed=3, known_feasible=False)
+    assert not bool(space.known_feasible(unfiltered).all())  # the filter had something to do
+
+
+def test_sobol_samples_are_reproducible_and_seeded(space):
+    assert torch.equal(space.sample(500, seed=7), space.sample(500, seed=7))
+    assert not torch.equal(space.sample(500, seed=7), space.sample(500, seed=8))
+
+
+def test_no_nan_or_inf_over_1e5_unfiltered_points(space):
+    u = torch.rand(100_000, space.dim, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    result = space.evaluate(u)
+    for tensor in (result.step_time_s, result.memory_per_device_bytes, result.mfu, result.tokens_per_s):
+        assert bool(torch.isfinite(tensor).all())
+
+
+def test_peak_scaling_keeps_the_template_ratios(space, template):
+    batch = space.to_batch(space.sample(100))
+    ratio = batch.peak_bf16_flops_per_s / template.peak_bf16_flops_per_s
+    torch.testing.assert_close(batch.peak_fp16_flops_per_s, template.peak_fp16_flops_per_s * ratio)
+    torch.testing.assert_close(batch.peak_tf32_flops_per_s, template.peak_tf32_flops_per_s * ratio)
+    assert bool((batch.peak_fp32_flops_per_s == template.peak_fp32_flops_per_s).all())  # not a tensor rate
+
+
+def test_a_point_evaluates_like_the_design_it_decodes_to(a100, make_system, gpt3, template):
+    """Exhaustive grid of a small discrete space: its fastest feasible point, rebuilt from specs
+    with `single_design`, evaluates to the same time (the space adds no modelling of its own)."""
+    params = (Parameter("tp", "log2", 1, 8), Parameter("pp", "log2", 1, 8),
+              Parameter("micro_batch_size", "log2", 1, 2),
+              Parameter("recompute", "categorical", choices=("none", "full")))
+    space = DesignSpace("small", params, template).validate()
+    grid = torch.cartesian_prod(*[(torch.arange(int(p.cardinality), dtype=torch.float64) + 0.5) / p.cardinality
+                                  for p in params])
+    assert space.size == 4 * 4 * 2 * 2 == grid.shape[0]
+    result = space.evaluate(grid)
+    keep = result.feasible & space.known_feasible(grid)
+    assert bool(keep.any())
+    best = int(torch.where(keep, result.step_time_s, torch.inf).argmin())
+    v = {k: int(x[best]) for k, x in space.decode(grid).items()}
+    mapping = MappingSpec(tp=v["tp"], pp=v["pp"], dp=64 // (v["tp"] * v["pp"]), micro_batch_size=v["micro_batch_size"],
+                          recompute=("none", "selective", "full")[v["recompute"]], global_batch_size=128,
+                          flash_attention=True)
+    from analytical import evaluate
+    alone = evaluate(single_design(a100, make_system(64), gpt3, mapping))
+    assert float(alone.step_time_s[0]) == pytest.approx(float(result.step_time_s[best]), rel=1e-12)
+
+
+@pytest.mark.parametrize("entry, field", [
+    ({"name": "tpp", "kind": "log2", "low": 1, "high": 8}, "name"),
+    ({"name": "dp", "kind": "log2", "low": 1, "high": 8}, "name"),
+    ({"name": "tp", "kind": "exponential", "low": 1, "high": 8}, "kind"),
+    ({"name": "tp", "kind": "log2", "low": 1, "high": 6}, "low/high"),
+    ({"name": "tp", "kind": "log2", "low": 8, "high": 1}, "low/high"),
+    ({"name": "recompute", "kind": "categorical", "choices": ["some"]}, "choices"),
+    ({"name": "hbm_bytes", "kind": "continuous", "low": 1, "high": 2, "unit": "furlongs"}, "unit"),
+    ({"name": "tp", "kind": "log2", "low": 1, "high": 8, "step": 2}, "step"),
+])
+def test_bad_parameters_name_the_field(entry, field):
+    with pytest.raises(SpecError) as info:
+        parameters_from_dicts([entry])
+    assert info.value.field == field
+
+
+def test_units_convert_to_si():
+    (p,) = parameters_from_dicts([{"name": "hbm_bw_bytes_per_s", "kind": "continuous", "low": 1000,
+                                   "high": 2000, "unit": "GB/s"}])
+    assert (p.low, p.high) == (1e12, 2e12)
+
+
+def test_bad_sampler_and_duplicate_parameters_are_errors(template):
+    space = DesignSpace("s", MAPPING_PARAMS, template).validate()
+    with pytest.raises(SpecError, match="sampler"):
+        space.sample(10, method="latin")
+    with pytest.raises(SpecError, match="each field at most once"):
+        DesignSpace("d", MAPPING_PARAMS + MAPPING_PARAMS[:1], template).validate()
