@@ -11,6 +11,7 @@ configuration has been checked.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 
@@ -109,7 +110,17 @@ def cmd_validate(overrides: list[str]) -> int:
     return 0
 
 
+# A command is a function here or "module:function" imported only when that command runs (so that
+# `deepflow evaluate` never pays for importing MLflow or BoTorch). Each takes the Hydra overrides.
 COMMANDS = {"evaluate": cmd_evaluate, "best-mapping": cmd_best_mapping, "validate": cmd_validate}
+
+
+def _command(name: str):
+    target = COMMANDS[name]
+    if callable(target):
+        return target
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     from deepflow.presets import ConfigError
 
     try:
-        return COMMANDS[command](overrides)
+        return _command(command)(overrides)
     except (ConfigError, SpecError) as exc:
         return _fail(str(exc))
 
