@@ -21,7 +21,7 @@ import torch
 
 def _only_groups(n, time):
     """0 for single-rank groups (also where a missing link would make 0 * inf)."""
-    return torch.where(n > 1, time, torch.zeros_like(time))
+    return torch.where(n > 1, time, 0.0)
 
 
 def ring_all_reduce_time_s(bytes_, n, bw_bytes_per_s, alpha_s):

@@ -52,6 +52,19 @@ class DesignBatch:
     tile_m: torch.Tensor
     tile_n: torch.Tensor
     tdp_w: torch.Tensor
+    # accelerator energy (analytical/energy.py; J per FLOP of the compute datapath with its operand
+    # delivery, J per byte of SRAM/HBM traffic and per byte per link traversal, at the operating voltage;
+    # static power drawn whatever the activity). Presets fill them from analytical/technology.py.
+    flop_energy_fp32_j: torch.Tensor
+    flop_energy_tf32_j: torch.Tensor
+    flop_energy_fp16_j: torch.Tensor
+    flop_energy_bf16_j: torch.Tensor
+    flop_energy_fp8_j: torch.Tensor
+    sram_energy_j_per_byte: torch.Tensor
+    hbm_energy_j_per_byte: torch.Tensor
+    scale_up_energy_j_per_byte: torch.Tensor
+    scale_out_energy_j_per_byte: torch.Tensor
+    static_power_w: torch.Tensor
     # system
     num_devices: torch.Tensor
     devices_per_node: torch.Tensor
@@ -123,6 +136,12 @@ class DesignBatch:
         return DesignBatch(**{k: torch.cat([getattr(b, k) for b in batches]) for k in names})
 
 
+def _energy_fields(accelerator: AcceleratorSpec) -> dict[str, float]:
+    from analytical.energy import accelerator_energy_fields  # energy imports this module
+
+    return accelerator_energy_fields(accelerator)
+
+
 def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
          mapping: MappingSpec) -> dict[str, float]:
     nic_gbit = (system.scale_out_gbit_per_device if system.scale_out_gbit_per_device is not None
@@ -146,6 +165,7 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "tile_m": accelerator.tile_m,
         "tile_n": accelerator.tile_n,
         "tdp_w": accelerator.tdp_w,
+        **_energy_fields(accelerator),
         "num_devices": system.num_devices,
         "devices_per_node": system.devices_per_node,
         "scale_up_domain": system.scale_up_domain,

@@ -27,6 +27,14 @@ class Reason(IntEnum):
     PRECISION_UNSUPPORTED = 10
     NO_SCALE_OUT_LINK = 11
     OUT_OF_MEMORY = 12
+    POWER_OVER_BUDGET = 13  # analytical.energy: average power per device > tdp_w
+    # chip derivation (analytical.chip): the budgets cannot build the chip
+    NO_COMPUTE_UNIT = 14
+    COMPUTE_POWER_TOO_LOW = 15
+    NO_MEMORY_STACK = 16
+    SHORELINE_EXCEEDED = 17
+    PACKAGE_AREA_EXCEEDED = 18
+    NETWORK_POWER_TOO_LOW = 19
 
 
 REASON_TEXT = {
@@ -44,6 +52,15 @@ REASON_TEXT = {
     Reason.PRECISION_UNSUPPORTED: "the accelerator has no peak rate for this precision",
     Reason.NO_SCALE_OUT_LINK: "the devices span several scale-up domains but have no scale-out bandwidth",
     Reason.OUT_OF_MEMORY: "does not fit in device memory",
+    Reason.POWER_OVER_BUDGET: "average power per device exceeds its power budget (tdp_w)",
+    Reason.NO_COMPUTE_UNIT: "the compute area cannot hold one compute unit",
+    Reason.COMPUTE_POWER_TOO_LOW: "the compute power budget cannot run the compute units at the lowest "
+                                  "supply (or at the given vdd)",
+    Reason.NO_MEMORY_STACK: "the memory shoreline, PHY area or interposer cannot hold one memory stack",
+    Reason.SHORELINE_EXCEEDED: "the network shoreline or PHY area cannot hold the scale-out lanes and one "
+                               "scale-up lane",
+    Reason.PACKAGE_AREA_EXCEEDED: "the die exceeds the reticle limit or the interposer",
+    Reason.NETWORK_POWER_TOO_LOW: "the network power budget cannot drive the scale-out lanes",
 }
 
 

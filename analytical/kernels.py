@@ -58,7 +58,7 @@ def gemm_time_s(m, n, k, count, peak_flops_per_s, compute_units, tile_m, tile_n,
     hbm = gemm_hbm_bytes(m, n, k, count, bytes_per_element) / (hbm_bw_bytes_per_s * eff.hbm_bw_fraction)
     sram = gemm_sram_bytes(m, n, k, count, tile_m, tile_n, bytes_per_element) / sram_bw_bytes_per_s
     time = torch.maximum(torch.maximum(compute, hbm), sram) + launch_s
-    return torch.where(m * n * k * count > 0, time, torch.zeros_like(time))
+    return torch.where(m * n * k * count > 0, time, 0.0)
 
 
 def memory_bound_time_s(bytes_moved, num_kernels, hbm_bw_bytes_per_s, launch_s,
@@ -74,4 +74,4 @@ def flash_attention_time_s(flops, qkvo_bytes, peak_flops_per_s, hbm_bw_bytes_per
     compute = flops / (peak_flops_per_s * eff.flash_attention_fraction)
     memory = qkvo_bytes / (hbm_bw_bytes_per_s * eff.hbm_bw_fraction)
     time = torch.maximum(compute, memory) + launch_s
-    return torch.where(flops > 0, time, torch.zeros_like(time))
+    return torch.where(flops > 0, time, 0.0)

@@ -13,7 +13,7 @@ import torch
 
 from analytical.design import PRECISION_CODES, DesignBatch
 from analytical.workload import (activation_bytes_per_element, activation_bytes_per_layer, embedding_params,
-                                 is_kind, layer_params, local_tokens)
+                                 is_kind, layer_params, local_tokens, per_evaluation)
 
 GIB = 2.0**30
 # CUDA context, cuBLAS workspaces and allocator fragmentation that no tensor of the model holds:
@@ -23,6 +23,7 @@ RUNTIME_RESERVE_BYTES = 2.0 * GIB
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "comm_buffers", "runtime_reserve")
 
 
+@per_evaluation
 def params_per_device(d: DesignBatch) -> torch.Tensor:
     """Parameters held by the most loaded pipeline stage before any ZeRO sharding.
 
@@ -40,17 +41,20 @@ def params_per_device(d: DesignBatch) -> torch.Tensor:
     return layers + torch.maximum(first, last) / d.tp
 
 
+@per_evaluation
 def weight_bytes_per_param(d: DesignBatch) -> torch.Tensor:
     wide = (d.precision <= PRECISION_CODES["tf32"]).to(d.tp.dtype)
     fp8 = (d.precision == PRECISION_CODES["fp8"]).to(d.tp.dtype)
     return 2.0 + 2.0 * wide + fp8  # fp8 keeps a bf16 weight and an fp8 copy
 
 
+@per_evaluation
 def grad_bytes_per_param(d: DesignBatch) -> torch.Tensor:
     fp16 = (d.precision == PRECISION_CODES["fp16"]).to(d.tp.dtype)
     return 4.0 - 2.0 * fp16
 
 
+@per_evaluation
 def optimizer_bytes_per_param(d: DesignBatch) -> torch.Tensor:
     wide = (d.precision <= PRECISION_CODES["tf32"]).to(d.tp.dtype)
     return 12.0 - 4.0 * wide  # no separate fp32 master copy when training in fp32
@@ -60,7 +64,7 @@ def in_flight_micro_batches(d: DesignBatch) -> torch.Tensor:
     """Micro-batches whose activations the first stage holds at once under 1F1B: min(m, pp),
     times (1 + (pp-1)/(pp vp)) for the interleaved schedule (Korthikanti et al. 2022, sec. 4.2.3)."""
     micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
-    interleave = torch.where(d.vp > 1, 1.0 + (d.pp - 1.0) / (d.pp * d.vp), torch.ones_like(d.vp))
+    interleave = torch.where(d.vp > 1, 1.0 + (d.pp - 1.0) / (d.pp * d.vp), 1.0)
     return torch.minimum(micro_batches, d.pp) * interleave
 
 
@@ -70,9 +74,9 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
     params = params_per_device(d) if params is None else params
     dp = d.dp
     zero = d.zero_stage
-    shard_opt = torch.where((zero >= 1) | (d.distributed_optimizer > 0), dp, torch.ones_like(dp))
-    shard_grad = torch.where(zero >= 2, dp, torch.ones_like(dp))
-    shard_weight = torch.where(zero >= 3, dp, torch.ones_like(dp))
+    shard_opt = torch.where((zero >= 1) | (d.distributed_optimizer > 0), dp, 1.0)
+    shard_grad = torch.where(zero >= 2, dp, 1.0)
+    shard_weight = torch.where(zero >= 3, dp, 1.0)
     elem = activation_bytes_per_element(d)
     layers_per_stage = d.num_layers / d.pp
     activations = activation_bytes_per_layer(d) * layers_per_stage * in_flight_micro_batches(d)

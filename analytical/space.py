@@ -17,17 +17,29 @@ out. Points that pass may still be infeasible (out of memory): `evaluate` tells.
 Tied fields: `peak_bf16_flops_per_s` scales every tensor precision's peak by the same factor as
 the template's bf16 peak (the ratios of one architecture), so a space need not vary each one.
 
+Chip parameters (the joint space): a space with a `chip` template (`analytical.chip_spec.ChipSpec`)
+may also vary the inputs of the chip derivation (`analytical.chip_spec.CHIP_FIELDS`: technology
+categoricals with their names as choices, die area and power budgets, split fractions, supply,
+FLOP/clk per unit, scale-out lanes). `to_batch` derives the accelerator of every point
+(`analytical.chip.derive`) and puts it in place of the template's accelerator fields; `evaluate`
+merges the chip's feasibility reason (it wins over the step's). The last part of each split is
+implied (`1 - the others`, e.g. `area_other_fraction`); a point where it would be negative breaks
+a known constraint, like a mapping whose degrees do not multiply to the device count.
+
 All tensors are float64; points are `(n, d)`, values `(n,)` per parameter. No Hydra or MLflow here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, fields
 from typing import Optional, Sequence
 
 import torch
 
+from analytical.chip import DerivedChips, derive
+from analytical.chip_spec import CHIP_CATEGORY_CODES, CHIP_FIELDS, IMPLIED_FRACTIONS, ChipBatch, ChipSpec, stack_chips
 from analytical.design import (DTYPE, FFN_CODES, KIND_CODES, PRECISION_CODES, RECOMPUTE_CODES, TOPOLOGY_CODES,
                                DesignBatch)
 from analytical.efficiency import DEFAULT_EFFICIENCY, Efficiency
@@ -37,18 +49,21 @@ from analytical.step import StepResult, evaluate
 
 PARAMETER_KINDS = ("continuous", "integer", "log2", "categorical")
 CATEGORY_CODES = {"precision": PRECISION_CODES, "recompute": RECOMPUTE_CODES, "topology": TOPOLOGY_CODES,
-                  "kind": KIND_CODES, "ffn_type": FFN_CODES}
+                  "kind": KIND_CODES, "ffn_type": FFN_CODES, **CHIP_CATEGORY_CODES}
 # human units a config may give bounds in (`unit:`), converted to SI when parsed
 UNITS = {"TFLOP/s": 1e12, "TB/s": 1e12, "GB/s": 1e9, "Gbit/s": 1e9 / 8.0, "GiB": 2.0**30, "MiB": 2.0**20,
          "us": 1e-6}
 DESIGN_FIELDS = tuple(f.name for f in fields(DesignBatch))
+# accelerator fields a chip derivation produces (a space with a chip cannot also vary them)
+DERIVED_FIELDS = DESIGN_FIELDS[:DESIGN_FIELDS.index("num_devices")]
 TENSOR_PEAKS = ("peak_tf32_flops_per_s", "peak_fp16_flops_per_s", "peak_bf16_flops_per_s", "peak_fp8_flops_per_s")
 
 
 @dataclass(frozen=True)
 class Parameter:
-    """One searchable field of `DesignBatch`. `choices` are names for categorical fields with codes
-    (e.g. recompute: none, selective, full), numbers otherwise (e.g. zero_stage: 0, 1, 2, 3)."""
+    """One searchable field of `DesignBatch` or input of the chip derivation (`CHIP_FIELDS`).
+    `choices` are names for categorical fields with codes (e.g. recompute: none, selective, full;
+    node: N7, N5, ...), numbers otherwise (e.g. zero_stage: 0, 1, 2, 3)."""
 
     name: str
     kind: str
@@ -59,8 +74,9 @@ class Parameter:
 
     def validate(self) -> "Parameter":
         where = f"space.parameters[{self.name}]"
-        if self.name not in DESIGN_FIELDS:
-            raise SpecError(where, "name", self.name, "a DesignBatch field (" + ", ".join(DESIGN_FIELDS) + ")")
+        if self.name not in DESIGN_FIELDS and self.name not in CHIP_FIELDS:
+            raise SpecError(where, "name", self.name, "a DesignBatch field (" + ", ".join(DESIGN_FIELDS)
+                            + ") or a chip input (" + ", ".join(CHIP_FIELDS) + ")")
         if self.name == "dp":
             raise SpecError(where, "name", self.name, "any field but dp (derived from the device count)")
         if self.kind not in PARAMETER_KINDS:
@@ -128,16 +144,28 @@ class Parameter:
 
 @dataclass
 class DesignSpace:
-    """Parameters varied around a template design (a `DesignBatch` of one)."""
+    """Parameters varied around a template design (a `DesignBatch` of one) and, optionally, a
+    template chip (`ChipSpec`) whose derived accelerator replaces the template's."""
 
     name: str
     parameters: tuple[Parameter, ...]
     template: DesignBatch
+    chip: Optional[ChipSpec] = None
 
     def validate(self) -> "DesignSpace":
         if self.template.batch_size != 1:
             raise SpecError(f"space[{self.name}]", "template", self.template.batch_size, "a batch of one design")
         names = [p.validate().name for p in self.parameters]
+        if self.chip is None:
+            chip_only = [n for n in names if n not in DESIGN_FIELDS]
+            if chip_only:
+                raise SpecError(f"space[{self.name}]", "chip", None, f"a chip template for the chip inputs {chip_only}")
+        else:
+            self.chip.validate()
+            derived = [n for n in names if n in DERIVED_FIELDS and n not in CHIP_FIELDS]
+            if derived:
+                raise SpecError(f"space[{self.name}]", "parameters", derived,
+                                "no accelerator field the chip derives (vary the chip's inputs instead)")
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise SpecError(f"space[{self.name}]", "parameters", duplicates, "each field at most once")
@@ -158,6 +186,24 @@ class DesignSpace:
         """Number of points (inf when a parameter is continuous), before constraints."""
         return math.prod(p.cardinality for p in self.parameters)
 
+    @property
+    def discrete_size(self) -> float:
+        """Number of points of the discrete parameters alone, before constraints."""
+        return math.prod(p.cardinality for p in self.parameters if p.kind != "continuous")
+
+    @property
+    def chip_names(self) -> list[str]:
+        """The parameters that are chip-derivation inputs (none without a chip template)."""
+        return [p.name for p in self.parameters if self.chip is not None and p.name in CHIP_FIELDS]
+
+    def chip_batch(self, u: torch.Tensor, values: Optional[dict[str, torch.Tensor]] = None) -> Optional[ChipBatch]:
+        """`(n, d)` points (or their decoded `values`) to the `ChipBatch` of their chips (None
+        without a chip template)."""
+        if self.chip is None:
+            return None
+        values = self.decode(u) if values is None else values
+        return stack_chips([self.chip]).expand(u.shape[0]).replace(**{k: values[k] for k in self.chip_names})
+
     def decode(self, u: torch.Tensor) -> dict[str, torch.Tensor]:
         """`(n, d)` points of the unit cube to `{name: (n,)}` values."""
         return {p.name: p.decode(u[:, i]) for i, p in enumerate(self.parameters)}
@@ -168,19 +214,42 @@ class DesignSpace:
 
     def to_batch(self, u: torch.Tensor) -> DesignBatch:
         """`(n, d)` points to the `DesignBatch` of their designs (template fields elsewhere)."""
+        return self.to_batch_and_chip(u)[0]
+
+    def to_batch_and_chip(self, u: torch.Tensor) -> tuple[DesignBatch, Optional[DerivedChips]]:
+        """`(n, d)` points to their `DesignBatch` and, with a chip template, the derivation of their
+        chips (its `reason` says which chips cannot be built); differentiable in u's continuous
+        coordinates."""
         values = self.decode(u)
         t = self.template
-        if "peak_bf16_flops_per_s" in values:
+        derived = None
+        if self.chip is not None:
+            chip_names = set(self.chip_names)
+            derived = derive(self.chip_batch(u, values))
+            values = {k: v for k, v in values.items() if k not in chip_names}
+            values.update({k: v for k, v in derived.accelerator.items() if k in DESIGN_FIELDS})
+        elif "peak_bf16_flops_per_s" in values:
             scale = values["peak_bf16_flops_per_s"] / t.peak_bf16_flops_per_s
             values.update({name: getattr(t, name) * scale for name in TENSOR_PEAKS})
         batch = t.expand(u.shape[0]).replace(**values)
         dp = batch.num_devices / (batch.tp * batch.pp * batch.cp)
-        return batch.replace(dp=torch.clamp_min(dp, 1.0))
+        return batch.replace(dp=torch.clamp_min(dp, 1.0)), derived
+
+    def splits_hold(self, u: torch.Tensor) -> torch.Tensor:
+        """`(n,)` bool: every implied split fraction (`1 - the others`) is >= 0."""
+        ok = torch.ones(u.shape[0], dtype=torch.bool)
+        if self.chip is None or not self.chip_names:
+            return ok
+        chips = self.chip_batch(u)
+        for implied in IMPLIED_FRACTIONS:
+            ok &= chips.fraction(implied) >= -1e-12
+        return ok
 
     def known_feasible(self, u: torch.Tensor) -> torch.Tensor:
-        """`(n,)` bool: the point breaks no known constraint (mapping rules, integer dp)."""
+        """`(n,)` bool: the point breaks no known constraint (mapping rules, integer dp, splits that
+        sum to 1 with no negative part)."""
         batch = self.to_batch(u)
-        return mapping_reasons(batch, peak_for_precision(batch)) == 0
+        return (mapping_reasons(batch, peak_for_precision(batch)) == 0) & self.splits_hold(u)
 
     def sample(self, n: int, method: str = "sobol", seed: int = 0, known_feasible: bool = True,
                max_draws: int = 64) -> torch.Tensor:
@@ -209,8 +278,14 @@ class DesignSpace:
                         "a space where valid points are not vanishingly rare")
 
     def evaluate(self, u: torch.Tensor, eff: Efficiency = DEFAULT_EFFICIENCY) -> StepResult:
-        """The analytical model on `(n, d)` points: infeasible points are answers, not errors."""
-        return evaluate(self.to_batch(u), eff)
+        """The analytical model on `(n, d)` points: infeasible points are answers, not errors. With
+        a chip template, a chip that cannot be built gives its reason (codes 14 and up)."""
+        batch, derived = self.to_batch_and_chip(u)
+        result = evaluate(batch, eff)
+        if derived is None:
+            return result
+        reason = torch.where(derived.reason != 0, derived.reason, result.reason)
+        return dataclasses.replace(result, reason=reason, feasible=reason == 0)
 
 
 def parameters_from_dicts(entries: Sequence[dict]) -> tuple[Parameter, ...]:

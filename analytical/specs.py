@@ -80,10 +80,27 @@ class AcceleratorSpec:
     kernel_launch_us: float = 0.0
     tile_m: int = 128  # output tile of the tensor-core GEMM kernels (rows)
     tile_n: int = 128  # (columns)
-    tdp_w: float = 0.0
+    tdp_w: float = 0.0  # device power budget; 0 = none (the energy model then flags nothing)
+    # technology (energy model, analytical/energy.py): names of rows of analytical/technology.py; the
+    # defaults are A100's. static_power_w overrides the node's leakage (analytical.silicon: its static
+    # share of the compute units' power at peak, nominal V) when set.
+    logic_node: str = "N7"
+    memory_technology: str = "HBM2e"
+    scale_up_link: str = "NVLink3"
+    scale_out_link: str = "IB-HDR"
+    static_power_w: Optional[float] = None
 
     def validate(self) -> "AcceleratorSpec":
         spec = f"hardware[{self.name}]"
+        from analytical.technology import LINK_TECHS, LOGIC_NODES, MEMORY_TECHS  # technology imports specs
+
+        for name, table in (("logic_node", LOGIC_NODES), ("memory_technology", MEMORY_TECHS),
+                            ("scale_up_link", LINK_TECHS), ("scale_out_link", LINK_TECHS)):
+            value = getattr(self, name)
+            if not isinstance(value, str) or value.casefold() not in {k.casefold() for k in table}:
+                raise SpecError(spec, name, value, "one of " + ", ".join(table))
+        if self.static_power_w is not None:
+            _check_positive(spec, self, ("static_power_w",), allow_zero=True)
         _check_positive(spec, self, ("peak_tflops_fp32", "peak_tflops_tf32", "peak_tflops_fp16",
                                      "peak_tflops_bf16", "peak_tflops_fp8", "kernel_launch_us", "tdp_w",
                                      "scale_out_gbit_per_s"), allow_zero=True)

@@ -15,11 +15,14 @@ with m = global_batch / (dp * micro_batch) micro-batches and t_stage the forward
 
 from __future__ import annotations
 
+import functools
+import operator
 from dataclasses import dataclass, field, fields
 
 import torch
 
 from analytical import collectives as coll
+from analytical import energy
 from analytical.design import RECOMPUTE_CODES, DesignBatch
 from analytical.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.feasibility import Reason, mapping_reasons, peak_for_precision
@@ -28,7 +31,7 @@ from analytical.memory import grad_bytes_per_param, memory_breakdown, params_per
 from analytical.workload import (GEMM_SLOTS, activation_bytes_per_element, attention_core_flops, gemm_bytes_per_element,
                                  is_kind, layer_forward_flops_per_sequence, layer_gemms, local_tokens,
                                  logit_gemm_flops,
-                                 memory_bound_bytes_per_layer, model_flops_per_step)
+                                 memory_bound_bytes_per_layer, memoizing, model_flops_per_step)
 
 TIME_PARTS = ("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm",
               "pipeline_bubble", "pp_p2p", "dp_comm", "optimizer")
@@ -49,8 +52,12 @@ class StepResult:
     hfu: torch.Tensor
     tokens_per_s: torch.Tensor
     model_flops: torch.Tensor
+    energy_j: torch.Tensor  # one step, all devices (analytical.energy)
+    energy_per_token_j: torch.Tensor
+    avg_power_w: torch.Tensor  # per device, averaged over the step
     time_breakdown_s: dict[str, torch.Tensor] = field(default_factory=dict)
     memory_breakdown_bytes: dict[str, torch.Tensor] = field(default_factory=dict)
+    energy_breakdown_j: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def index(self, idx: torch.Tensor | slice) -> "StepResult":
         """The rows `idx` of every tensor, breakdown dictionaries included."""
@@ -80,6 +87,10 @@ class StepResult:
             "tokens_per_s": float(self.tokens_per_s[i]),
             "breakdown": {k: float(v[i]) for k, v in self.time_breakdown_s.items()},
             "memory_breakdown": {k: float(v[i]) for k, v in self.memory_breakdown_bytes.items()},
+            "energy_j": float(self.energy_j[i]),
+            "energy_per_token_j": float(self.energy_per_token_j[i]),
+            "avg_power_w": float(self.avg_power_w[i]),
+            "energy_breakdown": {k: float(v[i]) for k, v in self.energy_breakdown_j.items()},
         }
 
 
@@ -87,19 +98,26 @@ def _col(x: torch.Tensor) -> torch.Tensor:
     return x.unsqueeze(-1)
 
 
-def _gemm_table_time_s(g, d: DesignBatch, peak: torch.Tensor, eff: Efficiency, live: torch.Tensor) -> torch.Tensor:
-    """`(batch, slots)` time of each GEMM slot, serial repetitions included. Only the `live` slots
-    (non-empty for some design of the batch) are computed; the others cost 0."""
+def _gemm_table_time_s(tables, d: DesignBatch, peak: torch.Tensor, eff: Efficiency,
+                       live: torch.Tensor) -> list[torch.Tensor]:
+    """`(batch, slots)` time of each GEMM slot of each table of `tables`, serial repetitions
+    included. Only the `live` slots (non-empty for some design of the batch) are computed, the
+    tables side by side in one `(batch, tables * live slots)` pass; the others cost 0."""
     every = bool(live.all())
-    m, n, k, count, serial = ((x if every else x[:, live]) for x in (g.m, g.n, g.k, g.count, g.serial))
+    m, n, k, count, serial = (torch.cat([(getattr(g, f) if every else getattr(g, f)[:, live]) for g in tables], -1)
+                              for f in ("m", "n", "k", "count", "serial"))
     t = gemm_time_s(m, n, k, count, _col(peak), _col(d.compute_units), _col(d.tile_m), _col(d.tile_n),
                     _col(d.hbm_bw_bytes_per_s), _col(d.sram_bw_bytes_per_s), _col(d.kernel_launch_s),
                     _col(gemm_bytes_per_element(d)), eff) * serial
+    parts = t.chunk(len(tables), -1)
     if every:
-        return t
-    out = torch.zeros_like(g.m)
-    out[:, live] = t
-    return out
+        return list(parts)
+    outs = []
+    for part in parts:
+        out = torch.zeros_like(tables[0].m)
+        out[:, live] = part
+        outs.append(out)
+    return outs
 
 
 def _links(d: DesignBatch, eff: Efficiency):
@@ -115,8 +133,21 @@ def _on_group(collective, d: DesignBatch, links, bytes_, size, stride) -> torch.
     return collective(bytes_, size, stride, d.scale_up_domain, *links)
 
 
+def _total(parts) -> torch.Tensor:
+    """Sum of an iterable of tensors (one addition fewer than `sum`, which starts from 0)."""
+    return functools.reduce(operator.add, parts)
+
+
 def _relu(x: torch.Tensor) -> torch.Tensor:
     return torch.clamp_min(x, 0.0)
+
+
+def _exposed(comm_s: torch.Tensor, compute_s: torch.Tensor, eff: Efficiency) -> torch.Tensor:
+    """Exposed time of a collective run beside `compute_s` of compute that it slows down by
+    `eff.overlap_compute_slowdown` (s): max(comm - compute, (1 - 1/s) comm); 0-floored when s = 1."""
+    if eff.overlap_compute_slowdown == 1.0:
+        return _relu(comm_s - compute_s)
+    return torch.maximum(comm_s - compute_s, (1.0 - 1.0 / eff.overlap_compute_slowdown) * comm_s)
 
 
 def evaluate(d: DesignBatch, eff: Efficiency = DEFAULT_EFFICIENCY, chunk_size: int = 65536) -> StepResult:
@@ -148,8 +179,8 @@ def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer
     """GEMMs (forward, input- and weight-gradient), memory-bound kernels and fused attention."""
     dgrad, wgrad = gemms.backward()
     live = (gemms.m * gemms.n * gemms.k * gemms.count > 0).any(0)
-    fwd_slots = _gemm_table_time_s(gemms, d, peak, eff, live)
-    bwd_slots = _gemm_table_time_s(dgrad, d, peak, eff, live) + _gemm_table_time_s(wgrad, d, peak, eff, live)
+    fwd_slots, dgrad_slots, wgrad_slots = _gemm_table_time_s((gemms, dgrad, wgrad), d, peak, eff, live)
+    bwd_slots = dgrad_slots + wgrad_slots
     mb_bytes, mb_kernels = memory_bound_bytes_per_layer(d)
     fwd_mem = memory_bound_time_s(mb_bytes, mb_kernels, d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
     core_flops = attention_core_flops(d) * d.flash_attention
@@ -162,14 +193,17 @@ def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer
     scores = d.micro_batch_size * d.num_heads / d.tp * (d.seq_length / d.cp) * d.seq_length
     core_mem = memory_bound_time_s(4.5 * scores * elem * unfused, 2.0 * unfused, d.hbm_bw_bytes_per_s,
                                    d.kernel_launch_s, eff)
-    return _Layer(fwd_slots=fwd_slots, bwd_slots=bwd_slots,
-                  forward=fwd_slots.sum(-1) + flash_fwd + fwd_mem + eff.layer_overhead_s,
-                  backward=bwd_slots.sum(-1) + flash_bwd + 2.0 * fwd_mem + eff.layer_overhead_s,
+    forward = fwd_slots.sum(-1) + flash_fwd + fwd_mem
+    backward = bwd_slots.sum(-1) + flash_bwd + 2.0 * fwd_mem
+    if eff.layer_overhead_s != 0.0:  # (0 in the fitted constants: no additions of zero)
+        forward, backward = forward + eff.layer_overhead_s, backward + eff.layer_overhead_s
+    return _Layer(fwd_slots=fwd_slots, bwd_slots=bwd_slots, forward=forward, backward=backward,
                   flash_fwd=flash_fwd, flash_bwd=flash_bwd,
                   core_fwd=fwd_slots[..., CORE_SLOTS].sum(-1) + core_mem)
 
 
-def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem) -> dict[str, torch.Tensor]:
+def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
+                         eff: Efficiency = DEFAULT_EFFICIENCY) -> dict[str, torch.Tensor]:
     """Exposed tp / cp / ep communication of one layer and micro-batch, forward and backward."""
     transformer = is_kind(d, "transformer")
     tokens = local_tokens(d)
@@ -187,10 +221,10 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem) -> dict[str
     ep_bytes = tokens * d.hidden_size * d.top_k * elem
     ep_a2a = _on_group(coll.group_all_to_all_time_s, d, links, ep_bytes, d.ep, d.tp * d.cp) * moe
     return {
-        "tp_fwd": _relu(2.0 * tp_ar - tp_hide * layer.fwd_slots[..., TP_OVERLAP_SLOTS].sum(-1)),
-        "tp_bwd": _relu(2.0 * tp_ar - tp_hide * layer.bwd_slots[..., TP_OVERLAP_SLOTS].sum(-1)),
-        "cp_fwd": _relu(cp_ag - (layer.flash_fwd + layer.core_fwd)),
-        "cp_bwd": _relu(2.0 * cp_ag - (layer.flash_bwd + layer.bwd_slots[..., CORE_SLOTS].sum(-1))),
+        "tp_fwd": _exposed(2.0 * tp_ar, tp_hide * layer.fwd_slots[..., TP_OVERLAP_SLOTS].sum(-1), eff),
+        "tp_bwd": _exposed(2.0 * tp_ar, tp_hide * layer.bwd_slots[..., TP_OVERLAP_SLOTS].sum(-1), eff),
+        "cp_fwd": _exposed(cp_ag, layer.flash_fwd + layer.core_fwd, eff),
+        "cp_bwd": _exposed(2.0 * cp_ag, layer.flash_bwd + layer.bwd_slots[..., CORE_SLOTS].sum(-1), eff),
         "ep_fwd": 2.0 * ep_a2a,
         "ep_bwd": 2.0 * ep_a2a,
     }
@@ -247,13 +281,14 @@ def _optimizer_time_s(d: DesignBatch, params, eff: Efficiency) -> torch.Tensor:
 
 
 def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
+    d = memoizing(d)  # derived terms (local tokens, layer parameters, ...) computed once per chunk
     peak_raw = peak_for_precision(d)
     peak = torch.clamp_min(peak_raw, 1e9)  # keeps unsupported precisions finite; flagged below
     elem = activation_bytes_per_element(d)
     links = _links(d, eff)
     gemms = layer_gemms(d)
     layer = _layer_compute(d, gemms, peak, elem, eff)
-    comm = _model_parallel_comm(d, layer, links, elem)
+    comm = _model_parallel_comm(d, layer, links, elem, eff)
 
     full = (d.recompute == RECOMPUTE_CODES["full"]).to(peak.dtype)
     selective = (d.recompute == RECOMPUTE_CODES["selective"]).to(peak.dtype)
@@ -270,19 +305,21 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     # pipeline: the last stage holds num_layers / pp layers and the output layer
     layers_per_stage = d.num_layers / d.pp
     micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
-    stage_parts = {k: layers_per_stage * v + logit_parts.get(k, torch.zeros_like(v)) for k, v in layer_parts.items()}
-    stage_max = sum(stage_parts.values())
-    stage_mean = (sum(layer_parts.values()) * d.num_layers + sum(logit_parts.values())) / d.pp
+    stage_parts = {k: layers_per_stage * v + logit_parts[k] if k in logit_parts else layers_per_stage * v
+                   for k, v in layer_parts.items()}
+    stage_max = _total(stage_parts.values())
+    stage_mean = (_total(layer_parts.values()) * d.num_layers + _total(logit_parts.values())) / d.pp
 
     # ZeRO-3 implementations (DeepSpeed, FSDP) always prefetch parameters: their gathers overlap
     # the whole step. Otherwise, with overlap on, the reduction hides behind the last micro-batch's
-    # backward pass (its wall time: compute and exposed tp/cp/ep communication).
+    # backward pass (its wall time: compute and exposed tp/cp/ep communication). Either way the
+    # compute beside the collective slows down (`_exposed`, `Efficiency.overlap_compute_slowdown`).
     params = params_per_device(d)
     dp_time = _data_parallel_time_s(d, params, links, elem, micro_batches, eff)
     backward_wall = (layers_per_stage * (layer.backward + comm["tp_bwd"] + comm["cp_bwd"] + comm["ep_bwd"])
                      + logit_parts["backward_compute"])
     zero3 = d.zero_stage >= 3
-    overlapped = _relu(dp_time - torch.where(zero3, micro_batches * stage_max, backward_wall))
+    overlapped = _exposed(dp_time, torch.where(zero3, micro_batches * stage_max, backward_wall), eff)
 
     breakdown = {k: micro_batches * v for k, v in stage_parts.items()}
     breakdown.update(pipeline_bubble=(d.pp - 1.0) / d.vp * stage_mean,
@@ -290,13 +327,16 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
                      dp_comm=torch.where((d.overlap_dp_comm > 0) | zero3, overlapped, dp_time),
                      optimizer=_optimizer_time_s(d, params, eff))
     breakdown = {k: breakdown[k] for k in TIME_PARTS}
-    step_time = sum(breakdown.values())
+    step_time = _total(breakdown.values())
 
     memory = memory_breakdown(d, params)
-    memory_total = sum(memory.values())
+    memory_total = _total(memory.values())
     reason = mapping_reasons(d, peak_raw)
     oom = memory_total > d.hbm_bytes
     reason = torch.where((reason == 0) & oom, torch.full_like(reason, int(Reason.OUT_OF_MEMORY)), reason)
+    energy_parts = energy.step_energy(d, gemms, params, step_time)
+    energy_totals = energy.energy_summary(d, energy_parts, step_time)
+    reason = energy.power_reason(reason, energy_totals["avg_power_w"], d.tdp_w)
 
     layer_flops, core_flops_seq = layer_forward_flops_per_sequence(d, gemms)
     model_flops = model_flops_per_step(d, gemms, layer_flops)
@@ -313,6 +353,8 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
         hfu=(model_flops + recompute_flops) / denominator,
         tokens_per_s=d.global_batch_size * d.seq_length / step_time,
         model_flops=model_flops,
+        **energy_totals,
         time_breakdown_s=breakdown,
         memory_breakdown_bytes=memory,
+        energy_breakdown_j=energy_parts,
     )

@@ -69,6 +69,9 @@ class LogicNode:
     threshold_v: float
     leakage_fraction: float  # static share of total power at nominal V and ~85 C junction
     tensor_area_mm2_per_tflops: Optional[float] = None
+    # the clock at which `tensor_area_mm2_per_tflops` is quoted (the product's boost clock), which a chip
+    # derivation takes as the node's clock at `nominal_vdd_v`; None where unknown
+    reference_clock_hz: Optional[float] = None
 
     def validate(self) -> "LogicNode":
         spec = f"technology.node[{self.name}]"
@@ -110,6 +113,8 @@ class MemoryTech:
     footprint_area_mm2: float
     phy_area_mm2: float
     shoreline_mm: float
+    # the stack's package side placed along the die edge (its long side): the die edge one stack occupies
+    footprint_edge_mm: Optional[float] = None
 
     def validate(self) -> "MemoryTech":
         _check_fields(f"technology.memory[{self.name}]", self)
@@ -166,6 +171,7 @@ LOGIC_NODES: dict[str, LogicNode] = _by_name(
         # ESTIMATE: from V100 (12FFN): SM array ~1/2 of the 815 mm2 GV100 die (die shot) over full-die dense
         # fp16 125 TFLOP/s x 84/80 SMs = 131.25 TFLOP/s at 1530 MHz (V100 whitepaper): 407.5 / 131.25
         tensor_area_mm2_per_tflops=3.10,
+        reference_clock_hz=1.53e9,  # V100 whitepaper: 1530 MHz boost, the clock of the area figure above
     ),
     LogicNode(
         name="N7",
@@ -182,6 +188,7 @@ LOGIC_NODES: dict[str, LogicNode] = _by_name(
         # ESTIMATE: from A100: SM array ~1/2 of the 826 mm2 GA100 die (die shot) over full-die dense fp16
         # 312 x 128/108 = 369.8 TFLOP/s at 1410 MHz (A100 whitepaper): 413 / 369.8
         tensor_area_mm2_per_tflops=1.12,
+        reference_clock_hz=1.41e9,  # A100 whitepaper: 1410 MHz boost, the clock of the area figure above
     ),
     LogicNode(
         name="N5",
@@ -197,6 +204,7 @@ LOGIC_NODES: dict[str, LogicNode] = _by_name(
         leakage_fraction=0.28,  # ESTIMATE: denser FinFET at flat Vdd/Vt leaks a little more per watt
         # ESTIMATE: N4 (H100) value x 1.91/1.8 (density scaling at iso clock)
         tensor_area_mm2_per_tflops=0.400,
+        reference_clock_hz=1.83e9,  # ESTIMATE: the N4 (H100) clock, since the area above is scaled at iso clock
     ),
     LogicNode(
         name="N4",  # TSMC N4 / N4P; NVIDIA's "4N" (H100, B200) is an N5-family custom variant
@@ -213,6 +221,7 @@ LOGIC_NODES: dict[str, LogicNode] = _by_name(
         # ESTIMATE: from H100: SM array ~1/2 of the 814 mm2 GH100 die (die shot) over full-die dense fp16
         # 989.4 x 144/132 = 1079 TFLOP/s at 1830 MHz (H100 whitepaper): 407 / 1079
         tensor_area_mm2_per_tflops=0.377,
+        reference_clock_hz=1.83e9,  # H100 whitepaper: 989.4 TF / (132 SM x 4096 FLOP/clk) = 1830 MHz, the area's clock
     ),
     LogicNode(
         name="N3",  # TSMC N3 (N3B, the first N3; N3E relaxes density to 1.6x N5 and the cell to 0.021)
@@ -228,6 +237,7 @@ LOGIC_NODES: dict[str, LogicNode] = _by_name(
         leakage_fraction=0.30,  # ESTIMATE: last FinFET node, highest density at flat Vdd
         # ESTIMATE: N4 (H100) value x 1.91/3.06 (density scaling at iso clock)
         tensor_area_mm2_per_tflops=0.235,
+        reference_clock_hz=1.83e9,  # ESTIMATE: the N4 (H100) clock, since the area above is scaled at iso clock
     ),
     LogicNode(
         name="N2",  # projected: TSMC N2 (nanosheet GAA), volume production from late 2025, no GPU on it yet
@@ -245,6 +255,7 @@ LOGIC_NODES: dict[str, LogicNode] = _by_name(
         leakage_fraction=0.25,  # ESTIMATE: GAA gate control cuts leakage back below the N3 level
         # ESTIMATE: N4 (H100) value x 1.91/3.31 (density scaling at iso clock)
         tensor_area_mm2_per_tflops=0.218,
+        reference_clock_hz=1.83e9,  # ESTIMATE: the N4 (H100) clock, since the area above is scaled at iso clock
     ),
 )
 
@@ -261,6 +272,7 @@ MEMORY_TECHS: dict[str, MemoryTech] = _by_name(
         footprint_area_mm2=92.0,  # JEDEC/Samsung HBM2 KGSD outline 7.75 x 11.87 mm
         phy_area_mm2=9.0,  # ESTIMATE: ~6 mm x 1.5 mm PHY under the stack's bump field
         shoreline_mm=6.0,  # ESTIMATE: width of the 1024-DQ microbump field at 55 um pitch (~6 mm)
+        footprint_edge_mm=11.87,  # JEDEC/Samsung HBM2 KGSD outline 7.75 x 11.87 mm: long side
     ),
     MemoryTech(
         name="HBM2e",
@@ -270,6 +282,7 @@ MEMORY_TECHS: dict[str, MemoryTech] = _by_name(
         footprint_area_mm2=92.0,  # Samsung/SK hynix HBM2E keep the 7.75 x 11.87 mm HBM2 outline
         phy_area_mm2=9.0,  # ESTIMATE: same 1024-bit bump field as HBM2
         shoreline_mm=6.0,  # ESTIMATE: same 1024-bit bump field as HBM2
+        footprint_edge_mm=11.87,  # Samsung/SK hynix HBM2E 7.75 x 11.87 mm outline: long side
     ),
     MemoryTech(
         name="HBM3",
@@ -279,6 +292,7 @@ MEMORY_TECHS: dict[str, MemoryTech] = _by_name(
         footprint_area_mm2=121.0,  # Micron (2023): HBM3 and HBM3E share an 11 x 11 mm footprint
         phy_area_mm2=11.0,  # ESTIMATE: ~6.5 mm x 1.7 mm, more power/ground bumps than HBM2
         shoreline_mm=6.5,  # ESTIMATE: 1024 DQ + 32 pseudo-channel control at HBM3 bump pitch
+        footprint_edge_mm=11.0,  # Micron (2023): 11 x 11 mm HBM3 footprint
     ),
     MemoryTech(
         name="HBM3e",
@@ -288,6 +302,7 @@ MEMORY_TECHS: dict[str, MemoryTech] = _by_name(
         footprint_area_mm2=121.0,  # Micron (2023): HBM3E fits the HBM3 11 x 11 mm footprint
         phy_area_mm2=11.0,  # ESTIMATE: same interface as HBM3
         shoreline_mm=6.5,  # ESTIMATE: same interface as HBM3
+        footprint_edge_mm=11.0,  # Micron (2023): 11 x 11 mm HBM3E footprint
     ),
     MemoryTech(
         name="HBM4",  # projected: JEDEC JESD270-4 published April 2025, first products (Rubin) 2026
@@ -297,6 +312,7 @@ MEMORY_TECHS: dict[str, MemoryTech] = _by_name(
         footprint_area_mm2=144.0,  # ESTIMATE: JEDEC: "larger physical footprint" than HBM3's 11 x 11 mm
         phy_area_mm2=18.0,  # ESTIMATE: 2x the HBM3 I/O count at a finer bump pitch: ~10 mm x 1.8 mm
         shoreline_mm=10.0,  # ESTIMATE: 2048 DQ; ~1.5x HBM3's edge at finer pitch
+        footprint_edge_mm=12.0,  # ESTIMATE: side of the ~144 mm2 footprint above
     ),
     MemoryTech(
         name="GDDR6",  # per x32 device
@@ -306,6 +322,7 @@ MEMORY_TECHS: dict[str, MemoryTech] = _by_name(
         footprint_area_mm2=168.0,  # JESD250 180-ball FBGA, 14 x 12 mm
         phy_area_mm2=3.0,  # ESTIMATE: x32 GDDR6 PHY ~1.0 mm deep along its edge
         shoreline_mm=3.5,  # ESTIMATE: Navi 10/21 die shots: 32 data pairs + CA per ~3-4 mm of edge
+        footprint_edge_mm=14.0,  # JESD250 180-ball FBGA 14 x 12 mm: long side
     ),
     MemoryTech(
         name="LPDDR5",  # per x64 package (4 x16 channels)
@@ -315,6 +332,7 @@ MEMORY_TECHS: dict[str, MemoryTech] = _by_name(
         footprint_area_mm2=186.0,  # ESTIMATE: typical x64 LPDDR5 FBGA 12.4 x 15 mm
         phy_area_mm2=4.0,  # ESTIMATE: x64 LPDDR5 PHY incl. CA, ~1 mm deep
         shoreline_mm=4.0,  # ESTIMATE: 64 DQ single-ended + CA at ~60 um effective pitch
+        footprint_edge_mm=15.0,  # ESTIMATE: long side of the 12.4 x 15 mm FBGA above
     ),
 )
 
@@ -325,6 +343,13 @@ MEMORY_TECHS: dict[str, MemoryTech] = _by_name(
 # edges: 48+16 lanes on A100, 36+16 lanes on H100).
 
 LINK_TECHS: dict[str, LinkTech] = _by_name(
+    LinkTech(
+        name="NVLink2", family="nvlink",
+        gbit_per_s_per_lane=25.0,  # V100 whitepaper: 6 links x 8 lanes x 25 Gb/s = 25 GB/s per link per dir
+        energy_j_per_bit=4.0e-12,  # ESTIMATE: 25G NRZ SerDes TX+RX, ~4 pJ/bit as the 50G class (no lower)
+        lanes_per_mm=2.5,  # ESTIMATE: as NVLink3 (NRZ lanes at a similar pitch on the V100 die)
+        phy_area_mm2_per_lane=0.30,  # ESTIMATE: 25G NRZ lane at 12FFN, as a 50G lane at N7
+    ),
     LinkTech(
         name="NVLink3", family="nvlink",
         gbit_per_s_per_lane=50.0,  # A100 whitepaper: 12 links x 4 lanes x 50 Gb/s = 25 GB/s per link per dir
@@ -368,6 +393,15 @@ LINK_TECHS: dict[str, LinkTech] = _by_name(
         phy_area_mm2_per_lane=0.35,  # ESTIMATE: 64G PAM4 lane
     ),
     LinkTech(
+        name="IB-EDR", family="infiniband",
+        gbit_per_s_per_lane=25.0,  # IBTA Vol. 2 (2014): EDR 25 Gb/s per lane, 100 Gb/s per 4x port
+        # ESTIMATE: 25G SerDes 4 pJ/bit + optics: a 100G QSFP28 SR4 transceiver ~3.5 W per 100 Gb/s
+        # (35 pJ/bit; half of each end's module per direction) = 39 pJ/bit per hop
+        energy_j_per_bit=39.0e-12,
+        lanes_per_mm=2.5,  # ESTIMATE: NIC/switch SerDes of the NVLink2 class
+        phy_area_mm2_per_lane=0.30,  # ESTIMATE: as NVLink2 (same 25G class)
+    ),
+    LinkTech(
         name="IB-HDR", family="infiniband",
         gbit_per_s_per_lane=50.0,  # IBTA Vol. 2 Rel. 1.4 (2018): HDR 50 Gb/s per lane, 200 Gb/s per 4x port
         # ESTIMATE: 50G SerDes 4 pJ/bit + optics: a 200G QSFP56 SR4 transceiver ~4.5 W per 200 Gb/s
@@ -392,6 +426,17 @@ LINK_TECHS: dict[str, LinkTech] = _by_name(
         energy_j_per_bit=23.75e-12,
         lanes_per_mm=2.0,  # ESTIMATE: as NVLink5 (same 224G class)
         phy_area_mm2_per_lane=0.50,  # ESTIMATE: as NVLink5 (same 224G class)
+    ),
+    LinkTech(
+        name="ICI", family="ici",  # Google TPU v4 inter-chip interconnect (3D torus, 6 links per chip)
+        # ESTIMATE: Jouppi et al. ISCA 2023: 50 GB/s per link per direction; lane count unpublished, taken
+        # as 8 lanes of 50 Gb/s, the SerDes class of N7 contemporaries (A100's NVLink3)
+        gbit_per_s_per_lane=50.0,
+        # ESTIMATE: electrical 50G SerDes TX+RX ~4 pJ/bit; the optics between 4x4x4 cubes are not priced
+        # (Jouppi et al. ISCA 2023: OCSes and optical components are < 3% of system power)
+        energy_j_per_bit=4.0e-12,
+        lanes_per_mm=2.5,  # ESTIMATE: as NVLink3 (same 50G class)
+        phy_area_mm2_per_lane=0.30,  # ESTIMATE: as NVLink3 (same 50G class)
     ),
     LinkTech(
         name="CPO", family="cpo",

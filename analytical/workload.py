@@ -11,6 +11,7 @@ Korthikanti et al. 2022 (activation memory, Table 2).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -20,16 +21,46 @@ from analytical.design import FFN_CODES, KIND_CODES, PRECISION_CODES, RECOMPUTE_
 GEMM_SLOTS = ("qkv", "attention_scores", "attention_values", "attention_out", "ffn_up", "ffn_down",
               "router", "recurrent")
 ROUTER_SLOT = GEMM_SLOTS.index("router")
+_MEMO = "_per_evaluation_memo"
 
 
+def memoizing(d: DesignBatch) -> DesignBatch:
+    """A private shallow copy of `d` on which `per_evaluation` functions compute each derived
+    tensor once (same tensors, same graph; `step.evaluate` uses one per chunk, so the many terms
+    that need, say, the local tokens or the layer's parameters share one computation)."""
+    copy = object.__new__(type(d))
+    copy.__dict__.update(d.__dict__)
+    copy.__dict__[_MEMO] = {}
+    return copy
+
+
+def per_evaluation(fn):
+    """Memoize `fn(d, *hashable_args)` on a batch made by `memoizing`; other batches compute afresh."""
+
+    @functools.wraps(fn)
+    def wrapper(d, *args, **kwargs):
+        memo = d.__dict__.get(_MEMO)
+        if memo is None or kwargs:
+            return fn(d, *args, **kwargs)
+        key = (fn, *args)
+        if key not in memo:
+            memo[key] = fn(d, *args)
+        return memo[key]
+
+    return wrapper
+
+
+@per_evaluation
 def is_kind(d: DesignBatch, kind: str) -> torch.Tensor:
     return (d.kind == KIND_CODES[kind]).to(d.tp.dtype)
 
 
+@per_evaluation
 def is_swiglu(d: DesignBatch) -> torch.Tensor:
     return (d.ffn_type == FFN_CODES["swiglu"]).to(d.tp.dtype)
 
 
+@per_evaluation
 def gemm_bytes_per_element(d: DesignBatch) -> torch.Tensor:
     """Bytes per GEMM input element: 4 (fp32/tf32), 2 (fp16/bf16), 1 (fp8)."""
     p = d.precision
@@ -38,20 +69,24 @@ def gemm_bytes_per_element(d: DesignBatch) -> torch.Tensor:
     return 2.0 + 2.0 * wide - fp8
 
 
+@per_evaluation
 def activation_bytes_per_element(d: DesignBatch) -> torch.Tensor:
     """Activations stay 16-bit under fp8 training (Transformer Engine keeps them in bf16)."""
     return 2.0 + 2.0 * (d.precision <= PRECISION_CODES["tf32"]).to(d.precision.dtype)
 
 
+@per_evaluation
 def head_dim(d: DesignBatch) -> torch.Tensor:
     return d.hidden_size / d.num_heads
 
 
+@per_evaluation
 def local_tokens(d: DesignBatch) -> torch.Tensor:
     """Tokens of one micro-batch held by one context-parallel rank: b s / cp."""
     return d.micro_batch_size * d.seq_length / d.cp
 
 
+@per_evaluation
 def ffn_gate_factor(d: DesignBatch) -> torch.Tensor:
     """Up-projection matrices per MLP: 2 for SwiGLU (gate and up), 1 for GeLU."""
     return 1.0 + is_swiglu(d)
@@ -122,11 +157,13 @@ def layer_gemms(d: DesignBatch) -> Gemms:
                  stack(slots_serial) + zero.unsqueeze(-1))
 
 
+@per_evaluation
 def logit_gemm_flops(d: DesignBatch) -> torch.Tensor:
     """Forward FLOPs of the output layer per micro-batch on one device: 2 (b s/cp) h V/tp."""
     return 2.0 * local_tokens(d) * d.hidden_size * d.vocab_size / d.tp * (1.0 - is_kind(d, "gemm"))
 
 
+@per_evaluation
 def attention_core_flops(d: DesignBatch) -> torch.Tensor:
     """Forward FLOPs of QK^T and softmax(.)V per micro-batch and device: 4 b (s/cp) s h / tp.
 
@@ -136,6 +173,7 @@ def attention_core_flops(d: DesignBatch) -> torch.Tensor:
     return full * (1.0 - 0.5 * d.flash_attention)
 
 
+@per_evaluation
 def layer_params(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """Parameters of one layer: `(dense, expert)`, whole model (not divided by any degree)."""
     tr, lstm = is_kind(d, "transformer"), is_kind(d, "lstm")
@@ -153,6 +191,7 @@ def layer_params(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     return dense + gemm, tr * expert
 
 
+@per_evaluation
 def embedding_params(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """`(input, output)` embedding parameters; GPT-style models tie the output to the input."""
     not_gemm = 1.0 - is_kind(d, "gemm")
@@ -205,6 +244,7 @@ def model_flops_per_step(d: DesignBatch, gemms: Gemms | None = None,
     return 3.0 * (d.num_layers * layer + logits) * d.global_batch_size
 
 
+@per_evaluation
 def activation_bytes_per_layer(d: DesignBatch) -> torch.Tensor:
     """Activation memory one layer keeps for backward, per micro-batch and device.
 
@@ -216,7 +256,7 @@ def activation_bytes_per_layer(d: DesignBatch) -> torch.Tensor:
     tr, lstm = is_kind(d, "transformer"), is_kind(d, "lstm")
     t = d.tp
     th = local_tokens(d) * d.hidden_size
-    sp_div = torch.where(d.sequence_parallel > 0, t, torch.ones_like(t))
+    sp_div = torch.where(d.sequence_parallel > 0, t, 1.0)
     replicated = 10.0 * th / sp_div  # two norm inputs, two GEMM inputs, two dropout masks
     kv_ratio = d.num_kv_heads / d.num_heads
     attention = (2.0 + 4.0 * kv_ratio + 2.0) * th / t  # Q, K, V, and the output-projection input
@@ -233,6 +273,7 @@ def activation_bytes_per_layer(d: DesignBatch) -> torch.Tensor:
     return (per_layer + lstm_bytes + gemm_bytes) * activation_bytes_per_element(d) / 2.0
 
 
+@per_evaluation
 def memory_bound_bytes_per_layer(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """HBM bytes and kernel count of one layer's memory-bound kernels, forward, per device.
 
@@ -244,7 +285,7 @@ def memory_bound_bytes_per_layer(d: DesignBatch) -> tuple[torch.Tensor, torch.Te
     t = d.tp
     elem = activation_bytes_per_element(d)
     th = local_tokens(d) * d.hidden_size
-    sp_div = torch.where(d.sequence_parallel > 0, t, torch.ones_like(t))
+    sp_div = torch.where(d.sequence_parallel > 0, t, 1.0)
     norms = 2.0 * 2.0 * th / sp_div
     residual = 2.0 * 3.5 * th / sp_div
     act = (2.0 + is_swiglu(d)) * local_tokens(d) * d.ffn_hidden_size * d.top_k / t

@@ -4,6 +4,11 @@ Commands:
   evaluate      time, memory and feasibility of one design, with breakdowns
   best-mapping  the fastest feasible parallel mappings of a model on a system (top_k=...)
   validate      predicted vs measured iteration times of a CSV of real runs (data=...)
+  optimize      a tracked, resumable optimization run (experiment=..., -m sweeps, resume=<run id>)
+  sample        designs of a space evaluated by the analytical model, to Parquet + MLflow (n=..., sampler=...)
+  train-surrogate  fit a surrogate on samples, report it, register it in MLflow (surrogate=..., data=...)
+  query         a registered surrogate's predictions for designs (model_uri=models:/<name>@champion, verify=true)
+  derive        the accelerator a chip's technology and budgets give, and what each part uses (chip=...)
 
 Bad input exits with status 2 and one line naming the field; nothing is evaluated before the whole
 configuration has been checked.
@@ -26,20 +31,22 @@ def _fail(message: str) -> int:
 
 
 def cmd_evaluate(overrides: list[str]) -> int:
-    from analytical import evaluate, single_design
-    from deepflow.config import compose_config, option, specs_from_config
+    from analytical import Reason, evaluate
+    from deepflow.config import compose_config, design_from_config, option
     from deepflow.report import design_line, step_table
 
     cfg = compose_config(overrides)
     output = option(cfg, "output", ("table", "json"))
-    specs = specs_from_config(cfg)
-    result = evaluate(single_design(*specs))
+    specs, design, derived = design_from_config(cfg)  # chip=<preset>: the derived chip is the hardware
+    result = evaluate(design)
     row = result.row(0)
+    if derived is not None and int(derived.reason[0]):  # a chip that cannot be built says why first
+        row.update(feasible=False, reason=Reason(int(derived.reason[0])).name.lower())
     if output == "json":
         print(json.dumps({"design": design_line(*specs), **row}))
     else:
         print(design_line(*specs))
-        print(step_table(row, specs[0].hbm_gib * 2.0**30))
+        print(step_table(row, specs[0].hbm_gib * 2.0**30, specs[0].tdp_w))
     return 0
 
 
@@ -112,7 +119,10 @@ def cmd_validate(overrides: list[str]) -> int:
 
 # A command is a function here or "module:function" imported only when that command runs (so that
 # `deepflow evaluate` never pays for importing MLflow or BoTorch). Each takes the Hydra overrides.
-COMMANDS = {"evaluate": cmd_evaluate, "best-mapping": cmd_best_mapping, "validate": cmd_validate}
+COMMANDS = {"evaluate": cmd_evaluate, "best-mapping": cmd_best_mapping, "validate": cmd_validate,
+            "optimize": "deepflow.optimize:cmd_optimize",
+            "sample": "deepflow.sample:cmd_sample", "train-surrogate": "deepflow.train_surrogate:cmd_train_surrogate",
+            "query": "deepflow.query:cmd_query", "derive": "deepflow.derive:cmd_derive"}
 
 
 def _command(name: str):

@@ -35,26 +35,71 @@ def _explain(exc: Exception, overrides: list[str]) -> str:
 def _field_override(override: str) -> str:
     """`group.field=value` may set any field of the group's spec, also one its preset leaves at the
     default: Hydra's add-or-override form (`++`). Unknown fields are rejected by `to_spec`."""
-    key = override.partition("=")[0]
+    key, _, value = override.partition("=")
+    if key == "chip" and value.lower() in ("null", "none"):  # the optional group, switched off
+        return "~chip"
     group, dot, _ = key.partition(".")
     return f"++{override}" if dot and group in GROUP_SPECS else override
 
 
 def compose_config(overrides: list[str], config_name: str = "config") -> DictConfig:
-    """The composed config for `overrides` (Hydra syntax), or a ConfigError naming the problem."""
+    """The composed config for `overrides` (Hydra syntax), or a ConfigError naming the problem.
+    `design=<file>` puts the sections of a design YAML (`deepflow.designs`) in place of the groups."""
+    from deepflow.designs import apply_design_file, split_design
+
     for override in overrides:
         if "=" not in override:
             raise ConfigError(f"argument {override!r} is not an override: use key=value (e.g. model=gpt3-175b)")
+    design, overrides = split_design(overrides)
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return compose(config_name=config_name, overrides=[_field_override(o) for o in overrides])
+            cfg = compose(config_name=config_name, overrides=[_field_override(o) for o in overrides])
+        return cfg if design is None else apply_design_file(cfg, design, overrides)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(_explain(exc, overrides)) from None
 
 
 def specs_from_config(cfg: DictConfig) -> tuple[Any, Any, Any, Any]:
-    """`(accelerator, system, model, mapping)` specs of a composed config, validated."""
-    return tuple(to_spec(group, cfg[group]) for group in ("hardware", "system", "model", "mapping"))
+    """`(accelerator, system, model, mapping)` specs of a composed config, validated. With a `chip`
+    group the accelerator is the derived chip's (`analytical.chip.accelerator_spec`)."""
+    specs = tuple(to_spec(group, cfg[group]) for group in ("hardware", "system", "model", "mapping"))
+    chip = chip_from_config(cfg)
+    if chip is None:
+        return specs
+    from analytical.chip import accelerator_spec, derive_chip
+    from analytical.feasibility import REASON_TEXT, Reason
+
+    derived = derive_chip(chip)
+    if int(derived.reason[0]):
+        raise ConfigError(f"chip {chip.name!r} cannot be built: {REASON_TEXT[Reason(int(derived.reason[0]))]} "
+                          f"(deepflow derive shows what each part uses)")
+    return (accelerator_spec(derived, name=chip.name, chip=chip),) + specs[1:]
+
+
+def chip_from_config(cfg: DictConfig):
+    """The validated `ChipSpec` of the config's `chip` group, or None where it has none (null)."""
+    value = OmegaConf.select(cfg, "chip")
+    return None if value is None else to_spec("chip", value)
+
+
+def design_from_config(cfg: DictConfig):
+    """`(specs, design, derived)`: the specs as `specs_from_config`, the `DesignBatch` of one and,
+    with a `chip` group, its derivation (`analytical.chip.DerivedChips`, whose accelerator fields,
+    energies at the operating voltage included, are the design's), else None."""
+    import dataclasses
+
+    from analytical.chip import accelerator_spec, derive_chip
+    from analytical.design import DesignBatch, single_design
+
+    specs = tuple(to_spec(group, cfg[group]) for group in ("hardware", "system", "model", "mapping"))
+    chip = chip_from_config(cfg)
+    design = single_design(*specs)
+    if chip is None:
+        return specs, design, None
+    derived = derive_chip(chip)  # an infeasible chip still has finite fields: its reason is the answer
+    names = {f.name for f in dataclasses.fields(DesignBatch)}
+    specs = (accelerator_spec(derived, name=chip.name, chip=chip),) + specs[1:]
+    return specs, design.replace(**{k: v for k, v in derived.accelerator.items() if k in names}), derived
 
 
 def option(cfg: DictConfig, key: str, allowed: tuple | None = None) -> Any:
@@ -67,15 +112,29 @@ def option(cfg: DictConfig, key: str, allowed: tuple | None = None) -> Any:
 
 def space_from_config(cfg: DictConfig):
     """The `DesignSpace` of the composed config: `space.parameters` around the design of the
-    hardware, system, model and mapping groups (its mapping fields are the template's defaults)."""
+    hardware, system, model and mapping groups (its mapping fields are the template's defaults).
+    Its chip template is the `chip` group, else the preset the space config names under `chip:`
+    (spaces that vary chip inputs need one); with a chip template every point's accelerator is
+    derived (so `chip=<preset> space=mapping-only` searches mappings on the derived chip)."""
     from analytical.design import single_design
     from analytical.space import DesignSpace, parameters_from_dicts
     from analytical.specs import SpecError
 
     space = OmegaConf.to_container(cfg.space, resolve=True)
+    chip = chip_from_config(cfg)
+    if chip is None and space.get("chip") is not None:  # the space's own chip template (a conf/chip/ preset)
+        from deepflow.presets import load_preset
+
+        chip = load_preset("chip", str(space["chip"]))
     try:
         params = parameters_from_dicts(space.get("parameters", []))
-        return DesignSpace(name=str(space.get("name", "space")), parameters=params,
-                           template=single_design(*specs_from_config(cfg))).validate()
+        template = single_design(*(to_spec(g, cfg[g]) for g in ("hardware", "system", "model", "mapping")))
+        return DesignSpace(name=str(space.get("name", "space")), parameters=params, template=template,
+                           chip=chip).validate()
     except SpecError as exc:
+        if exc.field == "chip":
+            from deepflow.presets import available
+
+            raise ConfigError(f"space {space.get('name')!r} varies chip inputs: give chip=<preset> (allowed "
+                              f"{', '.join(available('chip'))}) or a `chip:` preset in the space config") from None
         raise ConfigError(str(exc)) from None

@@ -13,6 +13,13 @@ def _fmt_time(seconds: float) -> str:
     return f"{seconds * 1e3:9.3f} ms"
 
 
+def _fmt_energy(joules: float) -> str:
+    for scale, unit in ((1e9, "GJ"), (1e6, "MJ"), (1e3, "kJ"), (1.0, "J "), (1e-3, "mJ")):
+        if abs(joules) >= scale:
+            return f"{joules / scale:9.3f} {unit}"
+    return f"{joules * 1e6:9.3f} uJ"
+
+
 def design_line(accelerator, system, model, mapping) -> str:
     dp = mapping.dp if mapping.dp is not None else "auto"
     return (f"{model.name} on {system.num_devices} x {accelerator.name} ({system.name}); "
@@ -23,14 +30,18 @@ def design_line(accelerator, system, model, mapping) -> str:
             f"flash={int(mapping.flash_attention)}")
 
 
-def step_table(row: dict, hbm_bytes: float) -> str:
-    """The evaluate command's table for one design (`StepResult.row`)."""
+def step_table(row: dict, hbm_bytes: float, tdp_w: float = 0.0) -> str:
+    """The evaluate command's table for one design (`StepResult.row`); `tdp_w` is the power budget."""
     reason = Reason[row["reason"].upper()]
     lines = [
         f"feasible         {'yes' if row['feasible'] else 'NO: ' + REASON_TEXT[reason]}",
         f"step time        {_fmt_time(row['step_time_s']).strip()}",
         f"MFU / HFU        {row['mfu'] * 100:.1f} % / {row['hfu'] * 100:.1f} %",
         f"tokens per s     {row['tokens_per_s']:,.0f}",
+        f"energy per step  {_fmt_energy(row['energy_j']).strip()} (all devices)",
+        f"energy per token {_fmt_energy(row['energy_per_token_j']).strip()}",
+        f"avg power        {row['avg_power_w']:.0f} W per device"
+        + (f" of {tdp_w:.0f} W budget" if tdp_w > 0 else " (no power budget)"),
         "",
         "time breakdown (critical path)",
     ]
@@ -41,6 +52,11 @@ def step_table(row: dict, hbm_bytes: float) -> str:
     lines += ["", f"memory per device: {row['memory_per_device_bytes'] / GIB:.2f} GiB of {hbm_bytes / GIB:.0f} GiB"]
     for part, value in row["memory_breakdown"].items():
         lines.append(f"  {part:18s}{value / GIB:9.2f} GiB")
+    if row.get("energy_breakdown"):
+        lines += ["", "energy breakdown (one step, all devices)"]
+        for part, value in row["energy_breakdown"].items():
+            share = 100 * value / row["energy_j"] if row["energy_j"] > 0 else 0.0
+            lines.append(f"  {part:18s}{_fmt_energy(value)}  {share:5.1f} %")
     return "\n".join(lines)
 
 

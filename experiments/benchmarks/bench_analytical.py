@@ -48,7 +48,8 @@ H100 = AcceleratorSpec(name="h100-sxm-80gb", peak_tflops_fp32=67.0, peak_tflops_
                        peak_tflops_fp16=989.0, peak_tflops_bf16=989.0, peak_tflops_fp8=1979.0, compute_units=132,
                        sram_mib=50.0, sram_bw_tb_per_s=12.0, hbm_gib=80.0, hbm_bw_gb_per_s=3350.0,
                        scale_up_bw_gb_per_s=450.0, scale_out_gbit_per_s=400.0, kernel_launch_us=3.0,
-                       tile_m=128, tile_n=256, tdp_w=700.0)
+                       tile_m=128, tile_n=256, tdp_w=700.0, logic_node="N4", memory_technology="HBM3",
+                       scale_up_link="NVLink4", scale_out_link="IB-NDR")  # TSMC 4N, HBM3 (H100 whitepaper)
 DGX_A100_1024 = SystemSpec(name="dgx-a100-1024", num_devices=1024, devices_per_node=8, scale_up_domain=8,
                            topology="rail-optimized")
 DGX_H100_64 = SystemSpec(name="dgx-h100-64", num_devices=64, devices_per_node=8, scale_up_domain=8,

@@ -43,7 +43,8 @@ def h100_spec() -> AcceleratorSpec:
         name="h100-sxm-test", peak_tflops_fp32=67.0, peak_tflops_tf32=494.7, peak_tflops_fp16=989.4,
         peak_tflops_bf16=989.4, peak_tflops_fp8=1978.9, compute_units=132, sram_mib=50.0, sram_bw_tb_per_s=12.0,
         hbm_gib=80.0, hbm_bw_gb_per_s=3350.0, scale_up_bw_gb_per_s=450.0, scale_out_gbit_per_s=400.0,
-        kernel_launch_us=4.0, tile_m=128, tile_n=256, tdp_w=700.0)
+        kernel_launch_us=4.0, tile_m=128, tile_n=256, tdp_w=700.0, logic_node="N4", memory_technology="HBM3",
+        scale_up_link="NVLink4", scale_out_link="IB-NDR")
 
 
 def dgx_system(num_devices: int = 8, **overrides) -> SystemSpec:
@@ -276,6 +277,20 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
         flash_attention=ints(0, 1),
         overlap_dp_comm=ints(0, 1),
         overlap_tp_comm=ints(0, 1),
+    )
+    # energy fields (analytical/energy.py), drawn after the others so that those keep their values
+    pj = 1e-12
+    fields.update(
+        flop_energy_fp32_j=uniform(0.5, 5.0) * pj,
+        flop_energy_tf32_j=uniform(0.3, 3.0) * pj,
+        flop_energy_fp16_j=uniform(0.1, 2.0) * pj,
+        flop_energy_bf16_j=uniform(0.1, 2.0) * pj,
+        flop_energy_fp8_j=uniform(0.05, 1.0) * pj,
+        sram_energy_j_per_byte=uniform(2.0, 20.0) * pj,
+        hbm_energy_j_per_byte=uniform(15.0, 60.0) * pj,
+        scale_up_energy_j_per_byte=uniform(16.0, 60.0) * pj,
+        scale_out_energy_j_per_byte=uniform(40.0, 320.0) * pj,
+        static_power_w=uniform(0.1, 0.35) * fields["tdp_w"],
     )
     return DesignBatch(**fields)
 

@@ -136,3 +136,114 @@ def test_bad_sampler_and_duplicate_parameters_are_errors(template):
         space.sample(10, method="latin")
     with pytest.raises(SpecError, match="each field at most once"):
         DesignSpace("d", MAPPING_PARAMS + MAPPING_PARAMS[:1], template).validate()
+
+
+# ---- the joint space: chip inputs derived into the accelerator --------------------------------------
+
+from analytical.chip_spec import ChipSpec  # noqa: E402
+from analytical.feasibility import Reason  # noqa: E402
+
+JOINT_CHIP = ChipSpec(name="n5-test", node="N5", memory="HBM3e", die_area_mm2=800.0, power_budget_w=700.0)
+JOINT_PARAMS = (
+    Parameter("node", "categorical", choices=("N7", "N5", "N3", "N2")),
+    Parameter("memory", "categorical", choices=("HBM2e", "HBM3", "HBM3e", "HBM4")),
+    Parameter("scale_up_link", "categorical", choices=("NVLink3", "NVLink4", "NVLink5")),
+    Parameter("die_area_mm2", "continuous", 300.0, 858.0),
+    Parameter("power_budget_w", "continuous", 300.0, 1200.0, log=True),
+    Parameter("area_compute_fraction", "continuous", 0.25, 0.7),
+    Parameter("area_sram_fraction", "continuous", 0.02, 0.3),
+    Parameter("power_compute_fraction", "continuous", 0.5, 0.9),
+    Parameter("power_memory_fraction", "continuous", 0.05, 0.4),
+    Parameter("shoreline_memory_fraction", "continuous", 0.3, 0.85),
+    Parameter("flops_per_cycle_per_unit", "log2", 1024, 8192),
+    Parameter("scale_up_domain", "log2", 8, 64),
+) + MAPPING_PARAMS
+
+
+@pytest.fixture
+def joint(template):
+    return DesignSpace("joint-test", JOINT_PARAMS, template, chip=JOINT_CHIP).validate()
+
+
+def test_joint_round_trip_includes_technology_names(joint):
+    u = torch.rand(3000, joint.dim, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    values = joint.decode(u)
+    again = joint.decode(joint.encode(values))
+    for p in joint.parameters:
+        if p.kind == "continuous":
+            torch.testing.assert_close(again[p.name], values[p.name], rtol=1e-12, atol=0)
+        else:
+            assert torch.equal(again[p.name], values[p.name]), p.name
+    from analytical.chip_spec import NODE_CODES
+    assert set(values["node"].tolist()) == {float(NODE_CODES[n]) for n in ("N7", "N5", "N3", "N2")}
+
+
+@pytest.mark.parametrize("method", ["sobol", "random"])
+def test_joint_samples_respect_splits_and_degrees(joint, method):
+    u = joint.sample(2000, method=method, seed=2)
+    chips = joint.chip_batch(u)
+    assert bool((chips.fraction("power_network_fraction") >= 0).all())
+    assert bool((chips.fraction("area_other_fraction") >= 0).all())
+    batch = joint.to_batch(u)
+    assert bool((batch.tp * batch.pp * batch.dp * batch.cp == batch.num_devices).all())
+    unfiltered = joint.sample(2000, method=method, seed=2, known_feasible=False)
+    assert not bool(joint.splits_hold(unfiltered).all())  # power compute + memory > 1 happens
+
+
+def test_joint_points_derive_their_accelerator(joint, template):
+    u = joint.sample(500, seed=3)
+    batch, derived = joint.to_batch_and_chip(u)
+    torch.testing.assert_close(batch.peak_bf16_flops_per_s, derived.accelerator["peak_bf16_flops_per_s"])
+    torch.testing.assert_close(batch.tdp_w, joint.decode(u)["power_budget_w"])
+    assert not bool((batch.hbm_bw_bytes_per_s == template.hbm_bw_bytes_per_s).any())
+    result = joint.evaluate(u)
+    chip_failed = derived.reason != 0
+    assert bool((result.reason[chip_failed] == derived.reason[chip_failed]).all())
+    assert bool((result.feasible == (result.reason == 0)).all())
+
+
+def test_no_nan_over_1e5_random_joint_designs(joint):
+    u = torch.rand(100_000, joint.dim, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    result = joint.evaluate(u)
+    tensors = [result.step_time_s, result.memory_per_device_bytes, result.mfu, result.tokens_per_s]
+    tensors += [getattr(result, name) for name in ("energy_j", "energy_per_token_j", "avg_power_w")
+                if hasattr(result, name)]
+    for tensor in tensors:
+        assert bool(torch.isfinite(tensor).all())
+    reasons = set(result.reason.unique().tolist())
+    assert Reason.OK in reasons and any(r >= 14 for r in reasons)  # some chips cannot be built
+
+
+def test_step_time_and_energy_gradients_wrt_the_unit_cube(joint):
+    """d(step time, energy)/du of the continuous chip coordinates through decode, derivation and
+    step, against central differences (one joint point whose discrete values are fixed)."""
+    u0 = joint.sample(64, seed=9)
+    result = joint.evaluate(u0)
+    u0 = u0[result.feasible][:1]
+    names = ("power_budget_w", "power_compute_fraction", "power_memory_fraction")
+    columns = [joint.names.index(n) for n in names]
+    x = u0.clone().requires_grad_(True)
+    result = joint.evaluate(x)
+    outputs = {"step_time_s": result.step_time_s}
+    if hasattr(result, "energy_j"):
+        outputs["energy_j"] = result.energy_j
+    for key, value in outputs.items():
+        (grad,) = torch.autograd.grad(value.sum(), x, retain_graph=True)
+        for column in columns:
+            h = 1e-6
+            up, down = u0.clone(), u0.clone()
+            up[0, column] += h
+            down[0, column] -= h
+            fd = (float(getattr(joint.evaluate(up), key)) - float(getattr(joint.evaluate(down), key))) / (2 * h)
+            assert float(grad[0, column]) == pytest.approx(fd, rel=1e-4, abs=1e-9 * float(value.detach())), (key, column)
+
+
+def test_chip_parameters_need_a_chip_and_exclude_derived_fields(template):
+    with pytest.raises(SpecError) as info:
+        DesignSpace("no-chip", JOINT_PARAMS, template).validate()
+    assert info.value.field == "chip"
+    with pytest.raises(SpecError, match="chip derives"):
+        DesignSpace("both", JOINT_PARAMS + HARDWARE_PARAMS[:1], template, chip=JOINT_CHIP).validate()
+    with pytest.raises(SpecError) as info:
+        parameters_from_dicts([{"name": "node", "kind": "categorical", "choices": ["N9"]}])
+    assert info.value.field == "choices" and "N7" in str(info.value)

@@ -1,0 +1,183 @@
+"""A design found by the optimizer as a config that `deepflow evaluate design=<file>` reads back.
+
+The optimizer works on `DesignBatch` fields (SI units, categorical codes); a person and the CLI work
+on the specs of the config groups (human units, names). `design_config` turns one design of a space
+back into complete `hardware`, `system`, `model` and `mapping` sections (the run's presets with the
+searched fields replaced), and `apply_design_file` puts such a file's sections into a composed
+config (the `design=<path>` option of every command), command-line `group.field=value` overrides
+still applying on top.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from analytical.design import (FFN_CODES, GB, GIB, KIND_CODES, MIB, PRECISION_CODES, RECOMPUTE_CODES, TFLOPS,
+                               TOPOLOGY_CODES, US)
+from deepflow.presets import GROUP_SPECS, ConfigError, to_spec
+
+# DesignBatch field -> (config group, spec field, factor from SI to the spec's unit, codes or None)
+SPEC_FIELDS: dict[str, tuple[str, str, float, Optional[dict]]] = {
+    "peak_fp32_flops_per_s": ("hardware", "peak_tflops_fp32", 1 / TFLOPS, None),
+    "peak_tf32_flops_per_s": ("hardware", "peak_tflops_tf32", 1 / TFLOPS, None),
+    "peak_fp16_flops_per_s": ("hardware", "peak_tflops_fp16", 1 / TFLOPS, None),
+    "peak_bf16_flops_per_s": ("hardware", "peak_tflops_bf16", 1 / TFLOPS, None),
+    "peak_fp8_flops_per_s": ("hardware", "peak_tflops_fp8", 1 / TFLOPS, None),
+    "compute_units": ("hardware", "compute_units", 1.0, None),
+    "sram_bytes": ("hardware", "sram_mib", 1 / MIB, None),
+    "sram_bw_bytes_per_s": ("hardware", "sram_bw_tb_per_s", 1e-12, None),
+    "hbm_bytes": ("hardware", "hbm_gib", 1 / GIB, None),
+    "hbm_bw_bytes_per_s": ("hardware", "hbm_bw_gb_per_s", 1 / GB, None),
+    "scale_up_bw_bytes_per_s": ("hardware", "scale_up_bw_gb_per_s", 1 / GB, None),
+    # the system's per-device NIC setting wins over the accelerator's (analytical.design._row)
+    "scale_out_bw_bytes_per_s": ("system", "scale_out_gbit_per_device", 8 / GB, None),
+    "kernel_launch_s": ("hardware", "kernel_launch_us", 1 / US, None),
+    "tile_m": ("hardware", "tile_m", 1.0, None),
+    "tile_n": ("hardware", "tile_n", 1.0, None),
+    "tdp_w": ("hardware", "tdp_w", 1.0, None),
+    "num_devices": ("system", "num_devices", 1.0, None),
+    "devices_per_node": ("system", "devices_per_node", 1.0, None),
+    "scale_up_domain": ("system", "scale_up_domain", 1.0, None),
+    "topology": ("system", "topology", 1.0, TOPOLOGY_CODES),
+    "scale_up_latency_s": ("system", "scale_up_latency_us", 1 / US, None),
+    "scale_out_latency_s": ("system", "scale_out_latency_us", 1 / US, None),
+    "oversubscription": ("system", "oversubscription", 1.0, None),
+    "kind": ("model", "kind", 1.0, KIND_CODES),
+    "num_layers": ("model", "num_layers", 1.0, None),
+    "hidden_size": ("model", "hidden_size", 1.0, None),
+    "num_heads": ("model", "num_heads", 1.0, None),
+    "num_kv_heads": ("model", "num_kv_heads", 1.0, None),
+    "ffn_hidden_size": ("model", "ffn_hidden_size", 1.0, None),
+    "ffn_type": ("model", "ffn_type", 1.0, FFN_CODES),
+    "vocab_size": ("model", "vocab_size", 1.0, None),
+    "seq_length": ("model", "seq_length", 1.0, None),
+    "num_experts": ("model", "num_experts", 1.0, None),
+    "top_k": ("model", "top_k", 1.0, None),
+    "gemm_m": ("model", "gemm_m", 1.0, None),
+    "gemm_n": ("model", "gemm_n", 1.0, None),
+    "gemm_k": ("model", "gemm_k", 1.0, None),
+    **{name: ("mapping", name, 1.0, None) for name in
+       ("tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "micro_batch_size", "global_batch_size",
+        "zero_stage", "distributed_optimizer", "flash_attention", "overlap_dp_comm", "overlap_tp_comm")},
+    "recompute": ("mapping", "recompute", 1.0, RECOMPUTE_CODES),
+    "precision": ("mapping", "precision", 1.0, PRECISION_CODES),
+}
+SPEC_GROUPS = ("hardware", "system", "model", "mapping")
+
+
+def _typed(spec_cls: type, field: str, value: float, codes: Optional[dict]) -> Any:
+    """A float from a DesignBatch as the spec field's type (name, bool, int or float)."""
+    if codes is not None:
+        return {code: name for name, code in codes.items()}[int(round(value))]
+    default = {f.name: f for f in dataclasses.fields(spec_cls)}[field]
+    kind = str(default.type)
+    if "bool" in kind:
+        return bool(round(value))
+    if "int" in kind:
+        return int(round(value))
+    return float(value)
+
+
+def group_sections(cfg: DictConfig) -> dict[str, dict[str, Any]]:
+    """Complete, validated `{group: {field: value}}` of the spec groups of a composed config."""
+    return {g: dataclasses.asdict(to_spec(g, cfg[g])) for g in SPEC_GROUPS}
+
+
+def chip_section(chip, values: dict[str, float]) -> dict[str, Any]:
+    """The `chip` section of a design whose chip inputs (`analytical.chip_spec.CHIP_FIELDS`, codes
+    and SI units as a space decodes them) are `values`, around the template `ChipSpec` `chip`; the
+    implied last part of each split is set so that the split sums to 1."""
+    from analytical.chip_spec import CHIP_CATEGORY_CODES, IMPLIED_FRACTIONS
+
+    out = dataclasses.asdict(chip)
+    for name, value in values.items():
+        if name in CHIP_CATEGORY_CODES:
+            out[name] = {code: n for n, code in CHIP_CATEGORY_CODES[name].items()}[int(round(value))]
+        elif name == "kernel_launch_s":
+            out["kernel_launch_us"] = value / US
+        elif name == "vdd_v":
+            out[name] = None if value == 0 else float(value)
+        elif name == "fp8":
+            out[name] = bool(round(value))
+        elif name in ("flops_per_cycle_per_unit", "scale_out_lanes", "tile_m", "tile_n"):
+            out[name] = int(round(value))
+        else:
+            out[name] = float(value)
+    for implied, parts in IMPLIED_FRACTIONS.items():
+        out[implied] = 1.0 - sum(out[part] for part in parts)
+    return out
+
+
+def design_config(cfg: DictConfig, values: dict[str, float], chip=None) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The spec sections of one design: the config's groups with `values` (`{DesignBatch field or
+    chip input: SI value}`, e.g. a space's decoded point plus the derived dp) put in; with a
+    template `chip` (`ChipSpec`, a joint space's), a `chip` section too, and the accelerator fields
+    the chip derives are left to `deepflow evaluate` to derive again. Returns the sections and the
+    fields that have no spec field (they cannot be written back; empty for the shipped spaces)."""
+    from analytical.chip_spec import CHIP_FIELDS
+    from analytical.space import DERIVED_FIELDS
+
+    sections = group_sections(cfg)
+    unmapped = []
+    if chip is not None:
+        sections["chip"] = chip_section(chip, {k: v for k, v in values.items() if k in CHIP_FIELDS})
+        values = {k: v for k, v in values.items() if k not in CHIP_FIELDS and k not in DERIVED_FIELDS}
+    for name, value in values.items():
+        if name not in SPEC_FIELDS:
+            unmapped.append(name)
+            continue
+        group, field, factor, codes = SPEC_FIELDS[name]
+        scaled = value if codes is not None else value * factor
+        sections[group][field] = _typed(GROUP_SPECS[group], field, scaled, codes)
+    for group, fields in sections.items():
+        if group != "chip":
+            to_spec(group, fields)  # the result must be a valid design: fail here, not in a user's evaluate
+    if "chip" in sections:
+        from analytical.chip_spec import chip_from_dict
+
+        chip_from_dict(sections["chip"])
+    return sections, unmapped
+
+
+def design_yaml(sections: dict[str, dict[str, Any]], header: str) -> str:
+    """The YAML text of a design config, with `header` as comment lines on top."""
+    comment = "".join(f"# {line}\n" for line in header.splitlines())
+    return comment + OmegaConf.to_yaml(OmegaConf.create(sections))
+
+
+def split_design(overrides: list[str]) -> tuple[Optional[str], list[str]]:
+    """`(path or None, other overrides)`: the `design=<path>` option taken out of the overrides."""
+    paths = [o.partition("=")[2] for o in overrides if o.partition("=")[0] == "design"]
+    rest = [o for o in overrides if o.partition("=")[0] != "design"]
+    if len(paths) > 1:
+        raise ConfigError(f"design= is given {len(paths)} times: allowed once")
+    return (paths[0] if paths else None), rest
+
+
+def apply_design_file(cfg: DictConfig, path: str, overrides: list[str]) -> DictConfig:
+    """`cfg` with the sections of the design file at `path` in place of its groups; the
+    `group.field=value` overrides among `overrides` are applied again on top."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"design={path!r}: no such file: allowed a design YAML (e.g. the best_design.yaml "
+                          f"of a deepflow optimize run)")
+    loaded = OmegaConf.load(file)
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"design={path!r} holds a {type(loaded).__name__}: allowed a mapping of config groups")
+    unknown = [k for k in loaded if k not in cfg and k not in GROUP_SPECS]  # chip: an optional group
+    if unknown:
+        raise ConfigError(f"design={path!r} has sections {unknown}: allowed {', '.join(GROUP_SPECS)}")
+    with open_dict(cfg):
+        for key in loaded:
+            cfg[key] = loaded[key]
+        for override in OverridesParser.create().parse_overrides(overrides):
+            key = override.key_or_group
+            if "." in key and key.split(".", 1)[0] in loaded:
+                OmegaConf.update(cfg, key, override.value(), force_add=True)
+    return cfg

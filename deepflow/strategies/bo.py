@@ -1,0 +1,393 @@
+"""Bayesian optimization with BoTorch over a design space's unit cube.
+
+Each `propose` call is stateless: it refits everything from the verified `History`.
+
+Initial design: the first `n_init` evaluations are the space's scrambled Sobol sequence with known
+constraints filtered (`SobolSearch`). Afterwards:
+
+Models (exact GPs, noise-free: the analytical model is deterministic, so `train_Yvar` is fixed at
+1.1e-6 of the outcome's variance, which only regularises the Cholesky):
+- inputs are the unit-cube points snapped to their design (bin centres for discrete parameters),
+  duplicates dropped (one design, one value);
+- `MixedSingleTaskGP` (categorical kernel on `cat_dims`: the space's categorical parameters) when the
+  space has categorical parameters, else `SingleTaskGP` (Matern-5/2 ARD);
+- objectives (minimized `History.Y`) are modelled on the FEASIBLE rows only: an infeasible design's
+  value says nothing about the feasible optimum and would bend the model where it matters (while
+  fewer than 2 rows are feasible, every row is used);
+- each outcome constraint of `History.C` (<= 0 satisfied; memory margin log(memory / capacity), power
+  margin, "other" infeasibility label; see `deepflow.objectives`) that is not constant gets its own
+  GP on ALL rows. This is how the probability of fitting in memory enters: an outcome constraint on
+  the modelled memory margin, which is continuous and informative also where it is violated, rather
+  than a classifier on the 0/1 labels;
+- optional warm start (`prior`): a fitted surrogate (`predict(X, return_std=True) -> (mean n x t,
+  std n x t)`, the `surrogates/` interface) becomes the GP's prior mean `a * surrogate(X)[:, t] + b`
+  (a, b learned), so the GP models what the surrogate gets wrong.
+
+Acquisition (all maximized on the negated objectives):
+- one objective: `qLogNoisyExpectedImprovement` with the constraints as `constraints` callables;
+- two objectives: `qLogNoisyExpectedHypervolumeImprovement`, reference point `ref_point` (in Y units)
+  or the feasible nadir plus 10 % of the range.
+
+Candidates:
+- a fully discrete space (grid of at most `max_grid` points) with at most `max_enumerate` known-feasible
+  points is enumerated once (bin centres), filtered by `space.known_feasible` and by the designs
+  already verified; when more than `screen` remain, a cheap analytic screen (log expected improvement
+  over the best feasible value, or the sum of the objectives' posterior lower bounds for two
+  objectives, plus the log probability of satisfying each modelled constraint, from one batched
+  posterior) keeps the `screen` best, and `optimize_acqf_discrete` picks the best q of those by the
+  MC acquisition (sequential greedy with pending points);
+- otherwise `optimize_acqf_mixed_alternating` (discrete / categorical dimensions restricted to their
+  bin centres; a purely continuous space uses `optimize_acqf`). A candidate that breaks a known
+  constraint or repeats a design is replaced by the acquisition's best point of a known-feasible
+  repair set (its continuous coordinates with the discrete coordinates of Sobol known-feasible
+  points, and those points themselves).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from contextlib import contextmanager
+from typing import Optional
+
+import torch
+from botorch.acquisition.logei import qLogNoisyExpectedImprovement
+from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
+from botorch.acquisition.multi_objective.objective import WeightedMCMultiOutputObjective
+from botorch.acquisition.objective import GenericMCObjective
+from botorch.exceptions.warnings import OptimizationWarning
+from botorch.fit import fit_gpytorch_mll
+from botorch.models import MixedSingleTaskGP, ModelListGP, SingleTaskGP
+from botorch.optim import optimize_acqf, optimize_acqf_discrete, optimize_acqf_mixed_alternating
+from botorch.sampling import SobolQMCNormalSampler
+from gpytorch.means import Mean
+from gpytorch.mlls import ExactMarginalLogLikelihood
+
+from analytical.design import DTYPE
+from analytical.space import DesignSpace
+from analytical.specs import SpecError
+from deepflow.strategies.base import History, check_q, design_keys
+from deepflow.strategies.random_search import SobolSearch, fresh
+
+NOISE_FRACTION = 1.1e-6  # fixed train_Yvar / outcome variance: noise-free (gpytorch floors noise at 1e-6)
+
+
+def snap(space: DesignSpace, X: torch.Tensor) -> torch.Tensor:
+    """`n x d` points moved to their design's canonical point (bin centres of discrete parameters)."""
+    return space.encode(space.decode(X)) if X.shape[0] else X
+
+
+def bin_centres(space: DesignSpace) -> dict[int, list[float]]:
+    """`{dim: allowed unit-cube values}` of every discrete parameter (the centres `Parameter.encode` gives)."""
+    out = {}
+    for i, p in enumerate(space.parameters):
+        if not math.isinf(p.cardinality):
+            k = int(p.cardinality)
+            out[i] = [(j + 0.5) / k for j in range(k)]
+    return out
+
+
+def cat_dims(space: DesignSpace) -> list[int]:
+    """Categorical parameters with more than two choices. A two-choice one (an on/off flag) stays an
+    ordinary dimension: its two bin centres are as expressive under a stationary kernel as a
+    categorical kernel, at a fraction of the hyperparameters."""
+    return [i for i, p in enumerate(space.parameters) if p.kind == "categorical" and p.cardinality > 2]
+
+
+def enumerate_space(space: DesignSpace) -> torch.Tensor:
+    """`N x d` every point of a fully discrete space (bin centres), known constraints NOT applied."""
+    centres = bin_centres(space)
+    axes = [torch.tensor(centres[i], dtype=DTYPE) for i in range(space.dim)]
+    return torch.cartesian_prod(*axes).reshape(-1, space.dim)
+
+
+def grid_ids(space: DesignSpace, u: torch.Tensor) -> torch.Tensor:
+    """`n` int64: the index of each point's design in the grid of a fully discrete space."""
+    ids = torch.zeros(u.shape[0], dtype=torch.int64)
+    for i, p in enumerate(space.parameters):
+        k = int(p.cardinality)
+        ids = ids * k + torch.clamp(torch.floor(u[:, i] * k), 0, k - 1).long()
+    return ids
+
+
+def marginals(gp, X: torch.Tensor, chunk: int = 16384) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(mean n, variance n)` of a fitted single-output exact GP at `X n x d`, on the outcome scale:
+    the textbook predictive equations with one Cholesky of the training covariance (the marginals
+    only, which BoTorch's posterior would compute through the full joint covariance)."""
+    from linear_operator.utils.cholesky import psd_safe_cholesky
+
+    Xt, yt = gp.train_inputs[0], gp.train_targets
+    K = gp.covar_module(Xt).to_dense() + torch.diag_embed(gp.likelihood.noise.expand(yt.shape))
+    L = psd_safe_cholesky(K)
+    alpha = torch.cholesky_solve((yt - gp.mean_module(Xt)).unsqueeze(-1), L)
+    means, variances = [], []
+    for part in X.split(chunk):
+        cross = gp.covar_module(part, Xt).to_dense()
+        means.append(gp.mean_module(part) + (cross @ alpha).squeeze(-1))
+        v = torch.linalg.solve_triangular(L, cross.transpose(-1, -2), upper=False)
+        variances.append(gp.covar_module(part, diag=True) - (v**2).sum(0))
+    mean, var = torch.cat(means), torch.cat(variances).clamp_min(0.0)
+    transform = getattr(gp, "outcome_transform", None)
+    if transform is not None:
+        mean = mean * transform.stdvs[..., 0] + transform.means[..., 0]
+        var = var * transform.stdvs[..., 0] ** 2
+    return mean, var
+
+
+def log_ei(z: torch.Tensor) -> torch.Tensor:
+    """log(z Phi(z) + phi(z)), stably for very negative z (expected improvement per unit std)."""
+    from botorch.acquisition.analytic import _log_ei_helper
+
+    return _log_ei_helper(z)
+
+
+@contextmanager
+def _torch_threads(n: Optional[int]):
+    previous = torch.get_num_threads()
+    if n is None or n == previous:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+class SurrogateMean(Mean):
+    """Prior mean `a * f(X) + b` of a GP, f the mean of column `target` of a fitted surrogate; a
+    and b are learned with the kernel (they absorb the outcome standardization)."""
+
+    def __init__(self, surrogate, target: int = 0):
+        super().__init__()
+        self.surrogate = surrogate
+        self.target = target
+        self.register_parameter("scale", torch.nn.Parameter(torch.ones(1, dtype=DTYPE)))
+        self.register_parameter("offset", torch.nn.Parameter(torch.zeros(1, dtype=DTYPE)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        mean = self.surrogate.predict(flat, return_std=True)[0][:, self.target].to(x)
+        return self.offset + self.scale * mean.reshape(x.shape[:-1])
+
+
+class BayesianOptimization:
+    """BoTorch BO (see the module docstring). Parameters:
+
+    n_init: Sobol evaluations before the first model (default 2 (d + 1)).
+    num_restarts, raw_samples: of the continuous / mixed acquisition optimization.
+    mc_samples: quasi-MC samples of the acquisition.
+    max_enumerate: most known-feasible points of a fully discrete space optimized by enumeration.
+    max_grid: largest fully discrete grid enumerated to find them.
+    screen: enumerated candidates kept by the analytic pre-screen for the MC acquisition.
+    fit_maxiter: L-BFGS iterations of each GP's hyperparameter fit.
+    num_threads: torch intra-op threads while proposing (restored afterwards; None keeps the
+      caller's). One: GP fits of a few hundred points gain nothing from more, and on a shared
+      machine intra-op threads make them several times slower.
+    ref_point: two objectives only: hypervolume reference point in Y units (minimized), length 2.
+    prior: an optional fitted surrogate (see `SurrogateMean`); prior_targets: its column per objective.
+    """
+
+    name = "bo"
+
+    def __init__(self, n_init: Optional[int] = None, num_restarts: int = 4, raw_samples: int = 256,
+                 mc_samples: int = 64, max_enumerate: int = 200_000, ref_point: Optional[list[float]] = None,
+                 prior=None, prior_targets: Optional[list[int]] = None, maxiter_alternating: int = 16,
+                 max_grid: int = 2_000_000, screen: int = 2048, fit_maxiter: int = 75,
+                 num_threads: Optional[int] = 1):
+        self.n_init = n_init
+        self.num_restarts = num_restarts
+        self.raw_samples = raw_samples
+        self.mc_samples = mc_samples
+        self.max_enumerate = max_enumerate
+        self.ref_point = ref_point
+        self.prior = prior
+        self.prior_targets = prior_targets
+        self.maxiter_alternating = maxiter_alternating
+        self.max_grid = max_grid
+        self.screen = screen
+        self.fit_maxiter = fit_maxiter
+        self.num_threads = num_threads
+        for name in ("num_restarts", "raw_samples", "mc_samples", "max_enumerate", "maxiter_alternating",
+                     "max_grid", "screen", "fit_maxiter"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SpecError("strategy[bo]", name, value, "an integer >= 1")
+        if n_init is not None and (isinstance(n_init, bool) or not isinstance(n_init, int) or n_init < 1):
+            raise SpecError("strategy[bo]", "n_init", n_init, "an integer >= 1 or None")
+        if ref_point is not None and len(ref_point) != 2:
+            raise SpecError("strategy[bo]", "ref_point", ref_point, "two numbers (Y units) or None")
+        self._enumerated: dict[tuple, torch.Tensor] = {}
+
+    # ----------------------------------------------------------------------------------- models
+    def _gp(self, space: DesignSpace, X: torch.Tensor, y: torch.Tensor, target: Optional[int] = None):
+        """An exact noise-free GP on `X n x d`, `y n` (fitted)."""
+        Y = y.unsqueeze(-1)
+        var = float(Y.var()) if Y.shape[0] > 1 else 1.0
+        Yvar = torch.full_like(Y, NOISE_FRACTION * max(var, 1e-12))
+        cats = cat_dims(space)
+        if cats and len(cats) < space.dim:
+            model = MixedSingleTaskGP(X, Y, cat_dims=cats, train_Yvar=Yvar)
+        else:
+            model = SingleTaskGP(X, Y, train_Yvar=Yvar)
+        if target is not None and self.prior is not None:
+            targets = self.prior_targets or list(range(8))
+            model.mean_module = SurrogateMean(self.prior, targets[target])
+        mll = ExactMarginalLogLikelihood(model.likelihood, model)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit_gpytorch_mll(mll, optimizer_kwargs={"options": {"maxiter": self.fit_maxiter}})
+        return model
+
+    def fit(self, space: DesignSpace, history: History):
+        """`(model, X_all, num_objectives, constraint outcome indices)` from the history."""
+        Xs = snap(space, history.X)
+        keys = design_keys(space, Xs)
+        first: dict[tuple, int] = {}
+        for i, k in enumerate(keys):
+            first.setdefault(k, i)
+        idx = torch.tensor(sorted(first.values()))
+        X, Y, feas = Xs[idx], history.Y[idx], history.feasible[idx]
+        C = history.C[idx] if history.C is not None else torch.zeros(len(idx), 0, dtype=DTYPE)
+        rows = feas if int(feas.sum()) >= 2 else torch.ones_like(feas)
+        models = [self._gp(space, X[rows], Y[rows, j], target=j) for j in range(Y.shape[1])]
+        cons = []
+        for j in range(C.shape[1]):
+            if float(C[:, j].max() - C[:, j].min()) > 1e-9:
+                models.append(self._gp(space, X, C[:, j]))
+                cons.append(len(models) - 1)
+        model = models[0] if len(models) == 1 else ModelListGP(*models)
+        return model, X, Y, feas, cons
+
+    def acquisition(self, space: DesignSpace, history: History, seed: int):
+        model, X, Y, feas, cons = self.fit(space, history)
+        m = Y.shape[1]
+        self._m, self._cons = m, cons
+        self._best = float(Y[feas, 0].min()) if bool(feas.any()) else float(Y[:, 0].min())
+        sampler = SobolQMCNormalSampler(sample_shape=torch.Size([self.mc_samples]), seed=seed % (2**31))
+        constraints = [(lambda Z, j=j: Z[..., j]) for j in cons] or None
+        if m == 1:
+            return qLogNoisyExpectedImprovement(
+                model=model, X_baseline=X, sampler=sampler, constraints=constraints, prune_baseline=True,
+                objective=GenericMCObjective(lambda Z, X=None: -Z[..., 0]))
+        Yf = Y[feas] if bool(feas.any()) else Y
+        if self.ref_point is not None:
+            ref = torch.tensor(self.ref_point, dtype=DTYPE)
+        else:
+            ref = Yf.max(0).values + 0.1 * (Yf.max(0).values - Yf.min(0).values).clamp_min(1e-3)
+        return qLogNoisyExpectedHypervolumeImprovement(
+            model=model, ref_point=(-ref).tolist(), X_baseline=X, sampler=sampler, constraints=constraints,
+            objective=WeightedMCMultiOutputObjective(weights=-torch.ones(m, dtype=DTYPE), outcomes=list(range(m)),
+                                                     num_outcomes=m + len(cons)),
+            prune_baseline=True)
+
+    # ------------------------------------------------------------------------------ candidates
+    def _discrete_choices(self, space: DesignSpace) -> Optional[torch.Tensor]:
+        """Known-feasible points of a fully discrete space, when the grid has at most `max_grid`
+        points and at most `max_enumerate` of them are known-feasible (cached per space), else None."""
+        key = (space.name, tuple(space.names), id(space))
+        if key not in self._enumerated:
+            choices = None
+            if space.size <= self.max_grid:
+                grid = enumerate_space(space)
+                keep = torch.cat([space.known_feasible(c) for c in grid.split(1 << 16)])
+                if int(keep.sum()) <= self.max_enumerate:
+                    choices = grid[keep]
+            self._enumerated[key] = choices
+        return self._enumerated[key]
+
+    def propose(self, space: DesignSpace, history: History, q: int, seed: int) -> torch.Tensor:
+        check_q(q)
+        n_init = self.n_init if self.n_init is not None else 2 * (space.dim + 1)
+        if history.n < n_init:
+            return SobolSearch().propose(space, history, min(q, n_init - history.n), seed)
+        with _torch_threads(self.num_threads):
+            return self._propose(space, history, q, seed)
+
+    def _propose(self, space: DesignSpace, history: History, q: int, seed: int) -> torch.Tensor:
+        acqf = self.acquisition(space, history, seed)
+        choices = self._discrete_choices(space)
+        if choices is None:
+            return self._optimize_mixed(space, history, acqf, q, seed)
+        choices = choices[~torch.isin(grid_ids(space, choices), grid_ids(space, history.X))]
+        if choices.shape[0] == 0:  # every design verified
+            return SobolSearch().propose(space, history, q, seed)
+        if choices.shape[0] > self.screen:
+            choices = choices[self._screen(acqf, choices)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OptimizationWarning)
+            X, _ = optimize_acqf_discrete(acqf, q=min(q, choices.shape[0]), choices=choices,
+                                          max_batch_size=1024, unique=True)
+        return X
+
+    def _screen(self, acqf, choices: torch.Tensor) -> torch.Tensor:
+        """Indices of the `screen` most promising choices by the analytic screen (module docstring)."""
+        models = acqf.model.models if isinstance(acqf.model, ModelListGP) else [acqf.model]
+        m, cons, best = self._m, self._cons, self._best
+        scores = []
+        with torch.no_grad():
+            stats = [marginals(gp, choices) for gp in models]
+            mean = torch.stack([s[0] for s in stats], -1)
+            std = torch.stack([s[1] for s in stats], -1).clamp_min(1e-12).sqrt()
+            if m == 1:
+                z = (best - mean[:, 0]) / std[:, 0]  # minimization: improvement below the best
+                score = log_ei(z) + torch.log(std[:, 0])
+            else:
+                score = -(mean[:, :m] - 2.0 * std[:, :m]).sum(-1)
+            for j in cons:
+                score = score + torch.special.log_ndtr(-mean[:, j] / std[:, j])
+        return torch.topk(score, self.screen).indices
+
+    def _optimize_mixed(self, space: DesignSpace, history: History, acqf, q: int, seed: int) -> torch.Tensor:
+        centres = bin_centres(space)
+        bounds = torch.stack([torch.zeros(space.dim, dtype=DTYPE), torch.ones(space.dim, dtype=DTYPE)])
+        for i, values in centres.items():
+            bounds[0, i], bounds[1, i] = values[0], values[-1]
+        fixed = {i: v[0] for i, v in centres.items() if len(v) == 1}
+        cats = {i: v for i, v in centres.items() if i in cat_dims(space) and i not in fixed}
+        disc = {i: v for i, v in centres.items() if i not in cats and i not in fixed}
+        torch.manual_seed(seed % (2**31))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if centres:
+                X, _ = optimize_acqf_mixed_alternating(
+                    acqf, bounds=bounds, discrete_dims=disc or None, cat_dims=cats or None, q=q,
+                    num_restarts=self.num_restarts, raw_samples=self.raw_samples,
+                    fixed_features=fixed or None, options={"maxiter_alternating": self.maxiter_alternating})
+            else:
+                X, _ = optimize_acqf(acqf, bounds=bounds, q=q, num_restarts=self.num_restarts,
+                                     raw_samples=self.raw_samples, sequential=True)
+        return self._repair(space, history, acqf, X.detach(), seed)
+
+
+    def _repair(self, space: DesignSpace, history: History, acqf, X: torch.Tensor, seed: int) -> torch.Tensor:
+        """Replace proposals that break a known constraint or repeat a design (module docstring)."""
+        X = snap(space, X)
+        ok = space.known_feasible(X)
+        seen = set(design_keys(space, history.X))
+        keys = design_keys(space, X)
+        taken: set = set()
+        for i, k in enumerate(keys):
+            if k in seen or k in taken:
+                ok[i] = False
+            taken.add(k)
+        if bool(ok.all()):
+            return X
+        pool = space.sample(512, seed=seed % (2**31))
+        continuous = torch.tensor([math.isinf(p.cardinality) for p in space.parameters])
+        out = []
+        for i in range(X.shape[0]):
+            if bool(ok[i]):
+                out.append(X[i:i + 1])
+                continue
+            mixed = pool.clone()
+            mixed[:, continuous] = X[i, continuous]
+            cand = torch.cat([mixed[space.known_feasible(mixed)], pool])
+            cand = fresh(space, cand, History(X=torch.cat([history.X] + out), Y=torch.zeros(history.n + len(out), 1,
+                                                                                             dtype=DTYPE),
+                                              feasible=torch.zeros(history.n + len(out), dtype=torch.bool)),
+                         cand.shape[0])
+            with torch.no_grad():
+                values = torch.cat([acqf(c.unsqueeze(-2)) for c in cand.split(1024)])
+            out.append(cand[int(torch.argmax(values))].unsqueeze(0))
+        return torch.cat(out)

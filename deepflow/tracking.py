@@ -1,0 +1,81 @@
+"""Where MLflow runs go: the tracking URI of a config, a check that it answers, and the UI command.
+
+The default store is a sqlite file in the working directory (`sqlite:///<cwd>/mlflow.db`, MLflow's
+own default since 3.7, made absolute so that the printed `mlflow ui` command works from anywhere).
+`tracking.uri=http://host:port` points at an `mlflow server`; `tracking.uri=sqlite:///path.db` or
+`file:///dir` at another local store. A server that does not answer fails before any work starts.
+
+Shared by the commands that log to MLflow (optimize, and the surrogate commands). MLflow is imported
+lazily, so that importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Optional
+from urllib.parse import urlparse
+
+from deepflow.presets import ConfigError
+
+DEFAULT_DB = "mlflow.db"
+URI_SCHEMES = ("sqlite", "http", "https", "file", "postgresql", "mysql", "databricks")
+# A run must not hang for minutes when its server goes away: MLflow's client retries 7 times with
+# exponential backoff (about 4 minutes) and waits 120 s per request by default. A user's own
+# setting of these variables wins.
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
+
+def resolve_uri(uri: Optional[str], cwd: Optional[str | Path] = None) -> str:
+    """The tracking URI of `tracking.uri`: None -> the sqlite file `mlflow.db` in `cwd`; a sqlite
+    path relative to `cwd` is made absolute. Raises ConfigError for a scheme MLflow does not store to."""
+    base = Path(cwd or os.getcwd()).resolve()
+    if uri is None or str(uri).strip() in ("", "null", "None"):
+        return f"sqlite:///{base / DEFAULT_DB}"
+    uri = str(uri).strip()
+    scheme = urlparse(uri).scheme
+    if scheme not in URI_SCHEMES:
+        raise ConfigError(f"tracking.uri={uri!r} is invalid: allowed null (sqlite:///<cwd>/{DEFAULT_DB}), "
+                          f"sqlite:///<path>.db, file:///<dir>, http(s)://<host>:<port> of an mlflow server")
+    if scheme == "sqlite":
+        path = uri[len("sqlite:///"):]
+        if path and not path.startswith("/") and path != ":memory:":
+            return f"sqlite:///{base / path}"
+    return uri
+
+
+def quiet_mlflow_logs() -> None:
+    """MLflow's sqlite store prints its schema migrations at INFO on first use: keep them out of a
+    command's output (warnings and errors still show)."""
+    for name in ("mlflow.store.db.utils", "alembic", "alembic.runtime.migration"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def check_reachable(uri: str, timeout_s: float = 5.0) -> None:
+    """For an http(s) store, GET its /health endpoint; a ConfigError naming tracking.uri when it does
+    not answer. Local stores need no check (they are created on first use)."""
+    if urlparse(uri).scheme not in ("http", "https"):
+        return
+    for key, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    import requests
+
+    try:
+        response = requests.get(uri.rstrip("/") + "/health", timeout=timeout_s)
+    except requests.RequestException as exc:
+        raise ConfigError(f"tracking.uri={uri!r} does not answer ({type(exc).__name__}): start it with "
+                          f"`mlflow server --host {urlparse(uri).hostname} --port {urlparse(uri).port or 80}`, "
+                          f"or leave tracking.uri unset for the local sqlite store") from None
+    if response.status_code != 200:
+        raise ConfigError(f"tracking.uri={uri!r} answered HTTP {response.status_code} on /health: "
+                          f"allowed an MLflow tracking server") from None
+
+
+def ui_command(uri: str) -> str:
+    """The shell command that opens the MLflow UI on the store at `uri`."""
+    scheme = urlparse(uri).scheme
+    if scheme in ("http", "https"):
+        return f"open {uri} in a browser (the mlflow server there serves the UI)"
+    return f"mlflow ui --backend-store-uri {uri}"

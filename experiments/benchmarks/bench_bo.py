@@ -1,0 +1,240 @@
+"""Exact-regret benchmark of the optimizer: BO against random, Sobol and evolution (and gradient
+descent where a space has continuous parameters) on spaces small enough to enumerate.
+
+    python experiments/benchmarks/bench_bo.py            # 20 seeds (hours on a 2-core machine)
+    python experiments/benchmarks/bench_bo.py --quick    # 3 seeds, smaller budgets
+
+Spaces (ground truth: every known-feasible point evaluated in one batched pass):
+
+- `mapping`: GPT-3 175B on 1024 H100 (DGX H100 SuperPOD), global batch 1536: tp, pp, cp, vp,
+  micro-batch, sequence parallel, recompute, ZeRO stage, flash attention, both overlap flags.
+- `hw-mapping`: the same model on 1024 devices with the accelerator discretized on powers of two
+  (bf16 peak, HBM bandwidth and capacity, NVLink bandwidth) and tp, pp, vp, micro-batch,
+  sequence parallel, recompute, ZeRO stage.
+
+Single objective: log step time; regret of a run after n evaluations = best feasible time found /
+optimal time - 1. Reported: evaluations to reach 1 % and 0.1 % regret (median over seeds; a run that
+never reaches it within its budget counts as infinite, so a median can be null: see *_reached).
+Pareto case: time and energy per step on `mapping` (objective time_energy), the fraction of the
+true front's hypervolume (logs; reference point = the front's nadir + 10 % of its range) that the
+feasible evaluations reach after 50/100/200/300 evaluations.
+
+`bo_iteration_overhead_s`: median wall time of one BO proposal (GP fits + acquisition) at the
+largest history of the runs, on 1 torch thread. The figures are taken on a shared, loaded machine.
+Ends with one JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+import warnings
+
+import torch
+
+from analytical.design import DTYPE, single_design
+from analytical.space import DesignSpace, Parameter
+from deepflow.loop import run
+from deepflow.objectives import make_objective
+from deepflow.presets import load_preset
+from deepflow.strategies import make_strategy
+from deepflow.strategies.bo import enumerate_space
+
+MAPPING_PARAMS = (
+    Parameter("tp", "log2", 1, 64), Parameter("pp", "log2", 1, 64), Parameter("cp", "log2", 1, 16),
+    Parameter("vp", "log2", 1, 8), Parameter("micro_batch_size", "log2", 1, 16),
+    Parameter("sequence_parallel", "categorical", choices=(0, 1)),
+    Parameter("recompute", "categorical", choices=("none", "selective", "full")),
+    Parameter("zero_stage", "categorical", choices=(0, 1, 2, 3)),
+    Parameter("flash_attention", "categorical", choices=(0, 1)),
+    Parameter("overlap_dp_comm", "categorical", choices=(0, 1)),
+    Parameter("overlap_tp_comm", "categorical", choices=(0, 1)))
+# powers of two around H100-B200 class values (SI): bf16 peak 0.56-2.25 PFLOP/s, HBM 2.2-8.8 TB/s
+# and 32-128 GiB, NVLink 275-1100 GB/s (ESTIMATE: a grid spanning conf/hardware); NIC: the H100's
+HW_PARAMS = (
+    Parameter("peak_bf16_flops_per_s", "log2", 2.0**49, 2.0**51),
+    Parameter("hbm_bw_bytes_per_s", "log2", 2.0**41, 2.0**43),
+    Parameter("hbm_bytes", "log2", 2.0**35, 2.0**37),
+    Parameter("scale_up_bw_bytes_per_s", "log2", 2.0**38, 2.0**40),
+    Parameter("tp", "log2", 1, 32), Parameter("pp", "log2", 1, 64), Parameter("vp", "log2", 1, 4),
+    Parameter("micro_batch_size", "log2", 1, 16),
+    Parameter("sequence_parallel", "categorical", choices=(0, 1)),
+    Parameter("recompute", "categorical", choices=("none", "selective", "full")),
+    Parameter("zero_stage", "categorical", choices=(0, 1, 2, 3)))
+
+
+BO_PARAMS = {"max_enumerate": 300_000}  # both spaces are optimized by enumeration (<= 2.6e5 candidates)
+
+
+def template():
+    specs = [load_preset("hardware", "h100-sxm-80gb"), load_preset("system", "dgx-h100-superpod"),
+             load_preset("model", "gpt3-175b"), load_preset("mapping", "gpt3-175b-1024")]
+    return single_design(*specs)
+
+
+def spaces() -> dict[str, DesignSpace]:
+    t = template()
+    return {"mapping": DesignSpace("bench-mapping", MAPPING_PARAMS, t).validate(),
+            "hw-mapping": DesignSpace("bench-hw-mapping", HW_PARAMS, t).validate()}
+
+
+def ground_truth(space: DesignSpace, objective) -> dict:
+    grid = enumerate_space(space)
+    keep = torch.cat([space.known_feasible(c) for c in grid.split(1 << 16)])
+    points = grid[keep]
+    Y, feasible, _, _ = objective.evaluate(space, points)
+    return {"points": points, "Y": Y, "feasible": feasible, "num_grid": grid.shape[0],
+            "num_known_feasible": points.shape[0], "num_feasible": int(feasible.sum())}
+
+
+def evals_to(history, y_opt: float, regret: float) -> float:
+    """1-based number of evaluations after which the best feasible time is within `regret`."""
+    best = history.best_so_far(0)
+    hit = torch.nonzero(torch.exp(best - y_opt) - 1.0 <= regret + 1e-12)
+    return float(hit[0, 0]) + 1.0 if hit.numel() else math.inf
+
+
+def front_2d(Y: torch.Tensor) -> torch.Tensor:
+    """Pareto front (minimized) of `Y n x 2`, sorted by the first objective."""
+    order = torch.argsort(Y[:, 0] + 1e-12 * Y[:, 1])
+    Ys = Y[order]
+    running = torch.cummin(Ys[:, 1], 0).values
+    keep = torch.ones(Ys.shape[0], dtype=torch.bool)
+    keep[1:] = Ys[1:, 1] < running[:-1]
+    return Ys[keep]
+
+
+def hypervolume_2d(Y: torch.Tensor, ref: torch.Tensor) -> float:
+    """Hypervolume dominated by `Y n x 2` (minimized) up to `ref`."""
+    Y = Y[(Y < ref).all(-1)]
+    if Y.shape[0] == 0:
+        return 0.0
+    F = front_2d(Y)
+    widths = torch.cat([F[1:, 0], ref[:1]]) - F[:, 0]
+    return float((widths * (ref[1] - F[:, 1])).sum())
+
+
+def run_until(space, objective, strategy, budget: int, q: int, seed: int, stop=None):
+    """Loop in steps of q, resuming the history each time; stops early when stop(history) holds."""
+    history = None
+    while history is None or history.n < budget:
+        n = 0 if history is None else history.n
+        history = run(space, objective, strategy, min(budget, n + q), q=q, seed=seed, history=history)
+        if stop is not None and stop(history):
+            break
+    return history
+
+
+def median_or_none(values: list[float]):
+    m = statistics.median(values)
+    return None if math.isinf(m) else m
+
+
+def single_objective(name: str, space: DesignSpace, args, out: dict, overheads: list[float]) -> None:
+    objective = make_objective("step_time")
+    truth = ground_truth(space, objective)
+    y_opt = float(truth["Y"][truth["feasible"], 0].min())
+    print(f"[{name}] grid {truth['num_grid']:,}, known-feasible {truth['num_known_feasible']:,}, "
+          f"feasible {truth['num_feasible']:,}, optimum {math.exp(y_opt):.3f} s", flush=True)
+    out[f"{name}_num_known_feasible"] = truth["num_known_feasible"]
+    out[f"{name}_num_feasible"] = truth["num_feasible"]
+    yf = truth["Y"][truth["feasible"], 0]
+    for r in (0.01, 0.001):
+        out[f"{name}_fraction_within_{r:g}"] = float((torch.exp(yf - y_opt) - 1 <= r).double().mean())
+    plans = {"bo": (args.bo_budget, 1), "random": (args.random_budget, 100), "sobol": (args.random_budget, 100),
+             "evolution": (args.evolution_budget, 1)}
+    for strat, (budget, q) in plans.items():
+        e1, e01 = [], []
+        start = time.perf_counter()
+        for seed in range(args.seeds):
+            strategy = make_strategy(strat, **(BO_PARAMS | {"n_init": args.n_init} if strat == "bo" else {}))
+            stop = (lambda h: evals_to(h, y_opt, 0.001) < math.inf)
+            if strat == "bo":
+                times: list[float] = []
+                original = strategy.propose
+
+                def timed(space_, history, q_, seed_, original=original, times=times):
+                    t0 = time.perf_counter()
+                    X = original(space_, history, q_, seed_)
+                    times.append(time.perf_counter() - t0)
+                    return X
+
+                strategy.propose = timed
+            h = run_until(space, objective, strategy, budget, q, seed, stop)
+            if strat == "bo" and times:
+                overheads.append(statistics.median(times[-5:]))
+            e1.append(evals_to(h, y_opt, 0.01))
+            e01.append(evals_to(h, y_opt, 0.001))
+            print(f"  {strat:9s} seed {seed}: to 1 % {e1[-1]}, to 0.1 % {e01[-1]} ({h.n} evals)", flush=True)
+        out[f"{name}_{strat}_median_evals_to_1pct"] = median_or_none(e1)
+        out[f"{name}_{strat}_median_evals_to_0.1pct"] = median_or_none(e01)
+        out[f"{name}_{strat}_reached_1pct"] = sum(math.isfinite(v) for v in e1)
+        out[f"{name}_{strat}_reached_0.1pct"] = sum(math.isfinite(v) for v in e01)
+        out[f"{name}_{strat}_budget"] = budget
+        out[f"{name}_{strat}_wall_s"] = round(time.perf_counter() - start, 1)
+        print(f"[{name}] {strat}: median evals to 1 % {out[f'{name}_{strat}_median_evals_to_1pct']}, "
+              f"to 0.1 % {out[f'{name}_{strat}_median_evals_to_0.1pct']} "
+              f"(reached {out[f'{name}_{strat}_reached_1pct']}/{args.seeds})", flush=True)
+
+
+def pareto(space: DesignSpace, args, out: dict) -> None:
+    objective = make_objective("time_energy")
+    truth = ground_truth(space, objective)
+    F = front_2d(truth["Y"][truth["feasible"]])
+    ref = F.max(0).values + 0.1 * (F.max(0).values - F.min(0).values)
+    hv_true = hypervolume_2d(F, ref)
+    print(f"[pareto] true front {F.shape[0]} points, hypervolume {hv_true:.4g}", flush=True)
+    out["pareto_objectives"] = "log step time, log energy per step (mapping space)"
+    out["pareto_true_front_size"] = F.shape[0]
+    marks = [m for m in (50, 100, 200, 300) if m <= args.pareto_budget]
+    for strat in args.pareto_strategies:
+        fractions = {m: [] for m in marks}
+        for seed in range(args.pareto_seeds):
+            kwargs = BO_PARAMS | {"n_init": args.n_init, "ref_point": ref.tolist()} if strat == "bo" else {}
+            h = run_until(space, objective, make_strategy(strat, **kwargs), args.pareto_budget,
+                          1 if strat in ("bo", "evolution") else 100, seed)
+            for m in marks:
+                part = h.slice(m)
+                fractions[m].append(hypervolume_2d(part.Y[part.feasible], ref) / hv_true)
+            print(f"  {strat:9s} seed {seed}: " + ", ".join(f"{m}: {fractions[m][-1]:.3f}" for m in marks), flush=True)
+        for m in marks:
+            out[f"{strat}_hv_fraction_at_{m}"] = statistics.median(fractions[m])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 seeds and smaller budgets")
+    parser.add_argument("--seeds", type=int, default=None)
+    parser.add_argument("--spaces", nargs="+", default=["mapping", "hw-mapping"])
+    parser.add_argument("--no-pareto", action="store_true")
+    args = parser.parse_args()
+    args.seeds = args.seeds or (3 if args.quick else 20)
+    args.bo_budget = 100 if args.quick else 200
+    args.random_budget = 20000
+    args.evolution_budget = 600 if args.quick else 2000
+    args.n_init = 12
+    args.pareto_budget = 100 if args.quick else 300
+    args.pareto_seeds = 1 if args.quick else 5
+    args.pareto_strategies = ["bo", "random", "evolution"]
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    out: dict = {"quick": args.quick, "seeds": args.seeds, "torch_threads": 1}
+    overheads: list[float] = []
+    all_spaces = spaces()
+    for name in args.spaces:
+        single_objective(name, all_spaces[name], args, out, overheads)
+    first = args.spaces[0]
+    for key in ("bo", "random", "sobol", "evolution"):
+        out[f"{key}_median_evals_to_1pct"] = out.get(f"{first}_{key}_median_evals_to_1pct")
+        out[f"{key}_median_evals_to_0.1pct"] = out.get(f"{first}_{key}_median_evals_to_0.1pct")
+    out["bo_iteration_overhead_s"] = statistics.median(overheads) if overheads else None
+    if not args.no_pareto:
+        pareto(all_spaces["mapping"], args, out)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

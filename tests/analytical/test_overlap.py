@@ -1,0 +1,77 @@
+"""Overlapped communication slows the compute beside it; per-evaluation memoization changes no result."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import analytical.step as step
+from analytical import DEFAULT_EFFICIENCY, MappingSpec, evaluate
+from analytical.workload import layer_params, memoizing
+
+
+def _dp(result) -> float:
+    return float(result.time_breakdown_s["dp_comm"][0])
+
+
+@pytest.mark.parametrize("slowdown", [1.0, 1.3, 1.75, 3.0])
+def test_overlapped_reduction_exposes_at_least_its_slowed_share(a100, make_system, small_gpt, design, slowdown):
+    """With overlap on, the exposed data-parallel reduction lies between (1 - 1/s) of it and all of
+    it, and never below the perfect-overlap figure; s = 1 is perfect overlap."""
+    eff = dataclasses.replace(DEFAULT_EFFICIENCY, overlap_compute_slowdown=slowdown)
+    serial = MappingSpec(dp=16, global_batch_size=16, zero_stage=1)
+    overlapped = dataclasses.replace(serial, overlap_dp_comm=True)
+    comm = _dp(evaluate(design(a100, make_system(16), small_gpt, serial), eff))
+    exposed = _dp(evaluate(design(a100, make_system(16), small_gpt, overlapped), eff))
+    perfect = _dp(evaluate(design(a100, make_system(16), small_gpt, overlapped),
+                           dataclasses.replace(eff, overlap_compute_slowdown=1.0)))
+    assert comm > 0
+    assert (1.0 - 1.0 / slowdown) * comm * (1 - 1e-12) <= exposed <= comm
+    assert exposed >= perfect
+    if slowdown == 1.0:
+        assert exposed == perfect
+
+
+def test_zero3_step_near_balance_is_slower_than_max_of_compute_and_communication(a100, make_system, gpt3, design):
+    """ZeRO-3 with compute about equal to its parameter traffic (175B on 384 A100s, Narayanan et al.
+    2021 Table 2): contention makes the step longer than perfect overlap would, and the extra is
+    the slowed share of the communication; a communication-bound run (1536 GPUs) is unaffected."""
+    contended = DEFAULT_EFFICIENCY
+    assert contended.overlap_compute_slowdown > 1.0
+    perfect = dataclasses.replace(contended, overlap_compute_slowdown=1.0)
+    for gpus, mbs, contention_matters in ((384, 4, True), (1536, 1, False)):
+        d = design(a100, make_system(gpus), gpt3,
+                   MappingSpec(dp=gpus, micro_batch_size=mbs, global_batch_size=1536, zero_stage=3,
+                               recompute="full"))
+        slow, ideal = evaluate(d, contended), evaluate(d, perfect)
+        assert float(slow.step_time_s[0]) >= float(ideal.step_time_s[0])
+        assert (float(slow.step_time_s[0]) > 1.05 * float(ideal.step_time_s[0])) == contention_matters
+
+
+def test_memoized_evaluation_is_identical(random_designs_20k, monkeypatch):
+    """Each chunk computes its derived terms once (`workload.memoizing`); every output, breakdowns
+    included, is bit-for-bit what the unmemoized evaluation gives."""
+    with_memo = evaluate(random_designs_20k)
+    monkeypatch.setattr(step, "memoizing", lambda d: d)
+    without = evaluate(random_designs_20k)
+    for name, value in vars(with_memo).items():
+        other = getattr(without, name)
+        pairs = value.items() if isinstance(value, dict) else [(name, value)]
+        for key, tensor in pairs:
+            expected = other[key] if isinstance(value, dict) else other
+            assert torch.equal(tensor, expected), key
+
+
+def test_memo_lives_on_a_private_copy_only(random_designs_20k):
+    """A caller's batch never carries a memo, so changing its fields between calls is safe."""
+    d = random_designs_20k.index(slice(0, 64))
+    before = evaluate(d).step_time_s
+    assert not any(k.startswith("_") for k in vars(d))
+    changed = d.replace(hidden_size=2.0 * d.hidden_size)
+    assert not torch.equal(evaluate(changed).step_time_s, before)
+    memo_batch = memoizing(d)
+    first = layer_params(memo_batch)
+    assert layer_params(memo_batch) is first  # computed once on the memoizing copy
+    assert layer_params(d) is not layer_params(d)  # recomputed on a plain batch

@@ -1,0 +1,176 @@
+"""`deepflow optimize`: MLflow run contents, artifacts, the best design's round trip through
+`deepflow evaluate`, regret, hypervolume, multirun child runs, and clear errors for bad configs.
+
+Real sqlite MLflow stores in tmp dirs, tiny budgets on the mapping-only space (random strategy:
+the optimizer core has its own tests; here the tracking and persistence around it are tested)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from deepflow.cli import main
+
+# the quickstart experiment's space and presets, a cheap strategy, no warm start
+BASE = ["experiment=quickstart", "strategy=random", "warm_start.samples=0", "optimum=null", "q=4"]
+
+
+def optimize(*args: str) -> int:
+    return main(["optimize", *BASE, *args])
+
+
+def runs(tmp: Path, experiment: str = "quickstart"):
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(experiment)
+    return client, client.search_runs([exp.experiment_id])
+
+
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory):
+    """One finished run of 12 evaluations in its own working directory."""
+    tmp = tmp_path_factory.mktemp("optimize")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp)
+        assert optimize("budget=12", "seed=3") == 0
+    client, found = runs(tmp)
+    assert len(found) == 1
+    return tmp, client, found[0]
+
+
+def test_run_has_params_and_one_metric_point_per_evaluation(one_run):
+    tmp, client, run = one_run
+    assert run.info.status == "FINISHED"
+    assert run.data.params["budget"] == "12" and run.data.params["strategy.name"] == "random"
+    assert run.data.params["model.name"] == "llama3-70b"
+    feasible = client.get_metric_history(run.info.run_id, "feasible")
+    assert sorted(m.step for m in feasible) == list(range(12))
+    frame = pd.read_parquet(next(tmp.glob("outputs/quickstart/*/evaluations.parquet")))
+    steps = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "step_time_s")}
+    assert steps == {int(i): pytest.approx(t) for i, t in zip(frame["index"], frame["step_time_s"])}
+    best = client.get_metric_history(run.info.run_id, "best_so_far")
+    values = [m.value for m in sorted(best, key=lambda m: m.step)]
+    assert values == sorted(values, reverse=True)  # best so far never gets worse
+    feasible_times = frame.loc[frame["objective_feasible"], "step_time_s"]
+    assert values[-1] == pytest.approx(feasible_times.min())
+
+
+def test_artifacts_are_present_and_loadable(one_run, tmp_path):
+    import mlflow
+
+    tmp, client, run = one_run
+    mlflow.set_tracking_uri(f"sqlite:///{tmp / 'mlflow.db'}")
+    try:
+        local = Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, dst_path=str(tmp_path)))
+    finally:
+        mlflow.set_tracking_uri(None)
+    frame = pd.read_parquet(local / "evaluations.parquet")
+    assert len(frame) == 12 and list(frame["index"]) == list(range(12))
+    assert frame["step_time_s"].notna().all()
+    for png in ("convergence.png", "pareto.png"):
+        assert (local / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html = (local / "pareto.html").read_text()
+    assert "Plotly.newPlot" in html and len(html) > 1_000_000  # plotly.js embedded: works offline
+    assert '<script src="http' not in html and "<script src='http" not in html
+    design = yaml.safe_load((local / "best_design.yaml").read_text())
+    assert set(design) == {"hardware", "system", "model", "mapping"}
+    breakdown = json.loads((local / "best_breakdown.json").read_text())
+    assert breakdown["feasible"] is True
+    assert sum(breakdown["breakdown"].values()) == pytest.approx(breakdown["step_time_s"], rel=1e-9)
+    assert breakdown["step_time_s"] == pytest.approx(frame.loc[frame["objective_feasible"], "step_time_s"].min())
+
+
+def test_best_design_round_trips_through_evaluate(one_run, capsys):
+    tmp, client, run = one_run
+    design = next(tmp.glob("outputs/quickstart/*/best_design.yaml"))
+    recorded = json.loads(design.with_name("best_breakdown.json").read_text())["step_time_s"]
+    capsys.readouterr()
+    assert main(["evaluate", f"design={design}", "output=json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["step_time_s"] == pytest.approx(recorded, rel=1e-12)
+    # a field override still applies on top of the design file
+    assert main(["evaluate", f"design={design}", "mapping.micro_batch_size=64", "output=json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time_s"] != pytest.approx(recorded, rel=1e-6)
+
+
+def test_regret_against_the_enumerated_optimum(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert optimize("budget=8", "optimum=enumerate", "output=json") == 0
+    out = json.loads(capsys.readouterr().out)["runs"][0]
+    optimum = out["optimum"]["optimum"]
+    assert out["optimum"]["points"] > 1000 and optimum <= out["best_step_time_s"]
+    assert out["regret"] == pytest.approx(out["best_step_time_s"] / optimum - 1.0)
+    client, (run,) = runs(tmp_path)
+    regret = sorted(client.get_metric_history(run.info.run_id, "regret"), key=lambda m: m.step)
+    assert regret[-1].value == pytest.approx(out["regret"]) and all(m.value >= 0 for m in regret)
+
+
+def test_two_objectives_log_hypervolume_and_a_pareto_front(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert optimize("budget=8", "objective=time_energy") == 0
+    client, (run,) = runs(tmp_path)
+    hv = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "hypervolume"), key=lambda m: m.step)]
+    assert len(hv) == 8 and hv[-1] > 0 and np.all(np.diff(hv) >= 0)
+    front = pd.read_csv(next(tmp_path.glob("outputs/quickstart/*/pareto_front.csv")))
+    assert len(front) >= 1 and front["energy_j"].is_monotonic_decreasing
+
+
+def test_multirun_creates_child_runs_under_one_parent(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["optimize", "-m", *BASE, "budget=4", "seed=0,1"]) == 0
+    client, found = runs(tmp_path)
+    parents = [r for r in found if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in found if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 2
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+    assert sorted(r.data.params["seed"] for r in children) == ["0", "1"]
+    assert all(r.info.status == "FINISHED" for r in found)
+    out = capsys.readouterr().out
+    assert "sweep (parent run" in out and out.strip().splitlines()[-1].startswith("open the MLflow UI: mlflow ui")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["experiment=nope"], "experiment='nope' is not a known experiment: allowed"),
+    (["strategy=nope"], "strategy='nope' is not a known strategy: allowed"),
+    (["budget=0"], "budget=0 is invalid: allowed an integer >= 1"),
+    (["budgett=3"], "budgett is not a key of the optimize config: allowed budget,"),
+    (["q=two"], "q='two' is invalid"),
+    (["objective=speed"], "objective.name = 'speed' is invalid: allowed one of step_time"),
+    (["strategy.num_restarts=0"], "strategy.num_restarts = 0 is invalid: allowed an integer >= 1"),
+    (["+strategy.colour=red"], "strategy.params = ['colour',"),
+    (["tracking.uri=ftp://x"], "tracking.uri='ftp://x' is invalid"),
+    (["seed=0,1"], "seed has several values (a sweep): add -m"),
+    (["optimum=always"], "optimum='always' is invalid"),
+    (["resume=0123abcd"], "resume='0123abcd' is not a run"),
+    (["resume=0123abcd", "budget=4"], "budget cannot be changed when resuming"),
+])
+def test_bad_config_is_exit_2_naming_the_field(args, needle, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["optimize", *args]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "mlflow.db").exists()  # before any work
+
+
+def test_bad_experiment_from_the_shell_is_one_line_and_exit_2(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "deepflow.cli", "optimize", "experiment=gpt5-on-a-toaster"],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "experiment='gpt5-on-a-toaster' is not a known experiment: allowed" in out.stderr
+    assert "gpt3-175b-h100-mapping" in out.stderr
+
+
+def test_sweep_expansion_is_the_cartesian_product_in_key_order():
+    from deepflow.sweep import expand
+
+    jobs = expand(["seed=0,1", "budget=3", "chip.logic_node=N7,N5"], {"chip.logic_node": "N3", "q": [1, 2]})
+    assert jobs == [[f"seed={s}", "budget=3", f"chip.logic_node={n}", f"q={q}"]
+                    for s in (0, 1) for n in ("N7", "N5") for q in (1, 2)]

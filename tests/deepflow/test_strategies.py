@@ -1,0 +1,107 @@
+"""Strategies: BO on a known test function, constraints, batches, the gradient baseline, names."""
+
+import math
+
+import pytest
+import torch
+from botorch.test_functions import Branin
+
+from analytical.specs import SpecError
+from deepflow.loop import run
+from deepflow.objectives import make_objective
+from deepflow.strategies import STRATEGIES, make_strategy
+from deepflow.strategies.base import History, design_keys
+from tests.deepflow.optspaces import continuous_space, small_mapping_space, unit_square_space
+
+BRANIN = Branin()
+BRANIN_OPT = 0.397887
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def branin(u: torch.Tensor) -> torch.Tensor:
+    """Branin on the unit square (domain [-5, 10] x [0, 15]), `n x 2` -> `n`."""
+    lo, hi = BRANIN.bounds[0].to(u), BRANIN.bounds[1].to(u)
+    return BRANIN(lo + u * (hi - lo))
+
+
+def minimize_branin(strategy, budget: int, seed: int) -> float:
+    space = unit_square_space()
+    history = History.empty(2, 1)
+    while history.n < budget:
+        X = strategy.propose(space, history, min(2, budget - history.n), seed * 1000 + history.n)
+        history = history.append(X, branin(X).unsqueeze(-1), torch.ones(X.shape[0], dtype=torch.bool))
+    return float(history.Y.min())
+
+
+def test_bo_finds_branin_optimum_and_beats_random():
+    bo = [minimize_branin(make_strategy("bo", n_init=6, num_restarts=2, raw_samples=64), 24, s) for s in range(3)]
+    rnd = [minimize_branin(make_strategy("random"), 24, s) for s in range(3)]
+    assert max(bo) < BRANIN_OPT + 0.3  # every seed within 0.3 of the optimum (range of Branin: 0.4-308)
+    assert sorted(bo)[1] < sorted(rnd)[1]  # median
+
+
+def test_bad_strategy_names_the_field():
+    with pytest.raises(SpecError, match=r"strategy\.name.*bo, random"):
+        make_strategy("annealing")
+    with pytest.raises(SpecError, match=r"strategy\[bo\]\.num_restarts"):
+        make_strategy("bo", num_restarts=0)
+    with pytest.raises(SpecError, match=r"strategy\[random\]\.params"):
+        make_strategy("random", temperature=2.0)
+
+
+@pytest.mark.parametrize("name", ["bo", "random", "sobol", "evolution"])
+def test_batches_are_distinct_new_and_known_feasible(name):
+    space = small_mapping_space()
+    objective = make_objective("step_time")
+    params = {"n_init": 6, "num_restarts": 2, "raw_samples": 64} if name == "bo" else {}
+    if name == "evolution":
+        params = {"population": 6}
+    history = run(space, objective, make_strategy(name, **params), 9, q=3, seed=1)
+    X = make_strategy(name, **params).propose(space, history, 4, 123)
+    assert X.shape == (4, space.dim)
+    keys = design_keys(space, X)
+    assert len(set(keys)) == 4 and not set(keys) & set(design_keys(space, history.X))
+    assert bool(space.known_feasible(X).all())
+
+
+def test_constrained_bo_best_satisfies_the_power_cap():
+    space = small_mapping_space()
+    probe = space.evaluate(space.sample(256, seed=0))
+    cap = float(probe.avg_power_w[probe.feasible].quantile(0.3))  # a cap most fast designs break
+    objective = make_objective("time_at_power_cap", power_cap_w=cap)
+    history = run(space, objective, make_strategy("bo", n_init=8, num_restarts=2, raw_samples=64), 16, q=2, seed=0)
+    best = history.best_index()
+    assert best is not None
+    check = space.evaluate(history.X[best:best + 1])
+    assert bool(check.feasible[0]) and float(check.avg_power_w[0]) <= cap
+    # every verified row counted feasible satisfies the cap, and the BO part proposed known-feasible points
+    result = space.evaluate(history.X)
+    assert bool((result.avg_power_w[history.feasible] <= cap).all())
+    assert bool(space.known_feasible(history.X).all())
+    assert history.C.shape == (16, 3)
+
+
+def test_gradient_baseline_decreases_the_objective():
+    space = continuous_space()
+    objective = make_objective("step_time")
+    strategy = make_strategy("gradient", n_init=4, segment=100)
+    history = run(space, objective, strategy, 16, q=1, seed=2)
+    start = float(history.slice(4).best_so_far()[-1])
+    assert float(history.best_so_far()[-1]) < start - 0.01
+    g = strategy.gradient(space, history.X[:1])
+    assert bool(torch.isfinite(g).all()) and float(g.abs().sum()) > 0
+    with pytest.raises(SpecError, match=r"strategy\[gradient\]\.space"):
+        strategy.propose(small_mapping_space(), run(small_mapping_space(), objective, make_strategy("random"), 4),
+                         1, 0)
+
+
+def test_registry_builds_every_strategy():
+    for name in STRATEGIES:
+        assert make_strategy(name).name == name

@@ -1,0 +1,130 @@
+"""Named design columns <-> unit cube, the space as JSON, and the samples table (no MLflow here)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from analytical.specs import SpecError
+from analytical.step import TIME_PARTS
+from deepflow.config import compose_config, space_from_config
+from surrogates.columns import (ENCODING_PREFIX, DesignColumns, ExtrapolationWarning, read_samples, samples_frame,
+                                space_from_dict, space_json, space_to_dict, template_design, write_samples)
+
+
+def shipped_space(name: str):
+    return space_from_config(compose_config([f"space={name}"], config_name="sample"))
+
+
+@pytest.fixture(scope="module", params=["hardware-mapping", "joint"])
+def space(request):
+    return shipped_space(request.param)
+
+
+@pytest.fixture(scope="module")
+def samples(space):
+    u = space.sample(400, seed=3)
+    return u, samples_frame(space, u, space.evaluate(u))
+
+
+def test_named_columns_encode_back_to_the_canonical_point(space, samples):
+    u, df = samples
+    columns = DesignColumns.from_space(space)
+    X = columns.encode(df[columns.names], warn=False)
+    assert torch.equal(X, space.encode(space.decode(u)))
+    assert np.array_equal(X.numpy(), df[[ENCODING_PREFIX + n for n in columns.names]].to_numpy())
+    # categorical names are strings, grids integers
+    for p in space.parameters:
+        if p.kind == "categorical" and isinstance(p.choices[0], str):
+            assert set(df[p.name]) <= set(p.choices)
+        elif p.kind in ("integer", "log2"):
+            assert df[p.name].dtype == np.int64
+
+
+def test_space_json_rebuilds_the_same_designs(space, samples):
+    u, df = samples
+    again = space_from_dict(json.loads(space_json(space)))
+    assert again.names == space.names
+    a, b = space.evaluate(u), again.evaluate(u)
+    assert torch.allclose(a.step_time_s, b.step_time_s, rtol=1e-12)
+    assert torch.equal(a.reason, b.reason)
+
+
+def test_samples_keep_infeasible_rows_with_their_reason(space, samples):
+    u, df = samples
+    assert len(df) == u.shape[0]
+    assert (~df["feasible"]).any() and df["feasible"].any()
+    assert set(df.loc[df["feasible"], "reason"]) == {"ok"}
+    assert "ok" not in set(df.loc[~df["feasible"], "reason"])
+    parts = df[[f"time_{p}_s" for p in TIME_PARTS]].sum(axis=1)
+    np.testing.assert_allclose(parts, df["step_time_s"], rtol=1e-9)
+    for column in ("step_time_s", "memory_per_device_bytes", "mfu", "energy_j", "dp"):
+        assert column in df and np.isfinite(df[column]).all()
+
+
+def test_parquet_carries_the_space(tmp_path, space, samples):
+    _, df = samples
+    path = tmp_path / "s.parquet"
+    write_samples(df, space, path)
+    back, record = read_samples(path)
+    pd.testing.assert_frame_equal(back, df, check_dtype=False)
+    assert record == space_to_dict(space)
+    plain = tmp_path / "plain.parquet"
+    df.to_parquet(plain)
+    with pytest.raises(SpecError, match="deepflow sample"):
+        read_samples(plain)
+
+
+def test_unknown_and_missing_columns_are_named(space, samples):
+    _, df = samples
+    columns = DesignColumns.from_space(space)
+    designs = df[columns.names].head(3)
+    with pytest.raises(SpecError, match="unknown column.*bogus"):
+        columns.encode(designs.assign(bogus=1.0))
+    with pytest.raises(SpecError, match=f"missing column.*{columns.names[0]}"):
+        columns.encode(designs.drop(columns=columns.names[0]))
+
+
+def test_off_grid_values_and_unknown_categories_are_named():
+    space = shipped_space("hardware-mapping")
+    columns = DesignColumns.from_space(space)
+    design = pd.DataFrame([template_design(space_to_dict(space))])
+    with pytest.raises(SpecError, match="tp.*powers of two"):
+        columns.encode(design.assign(tp=3))
+    with pytest.raises(SpecError, match="recompute.*'sometimes'.*none, selective, full"):
+        columns.encode(design.assign(recompute="sometimes"))
+    with pytest.raises(SpecError, match="zero_stage"):
+        columns.encode(design.assign(zero_stage=5))
+    with pytest.raises(SpecError, match="hbm_bytes.*finite"):
+        columns.encode(design.assign(hbm_bytes="lots"))
+
+
+def test_outside_the_trained_range_warns_naming_the_column():
+    space = shipped_space("hardware-mapping")
+    design = pd.DataFrame([template_design(space_to_dict(space))])
+    trained = DesignColumns.from_space(space, ranges={"hbm_bytes": (40 * 2.0**30, 100 * 2.0**30)})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ExtrapolationWarning)
+        inside = trained.encode(design)  # 80 GiB: inside
+    with pytest.warns(ExtrapolationWarning, match=r"extrapolates.*hbm_bytes"):
+        outside = trained.encode(design.assign(hbm_bytes=150 * 2.0**30))
+    i = space.names.index("hbm_bytes")
+    assert outside[0, i] > inside[0, i]
+    # beyond the space's own grid: encoded past 1 (linearly in bins), with a warning
+    with pytest.warns(ExtrapolationWarning, match="tp"):
+        far = trained.encode(design.assign(tp=128))
+    assert far[0, space.names.index("tp")] > 1.0
+
+
+def test_template_design_is_a_valid_design_of_the_space():
+    for name in ("hardware-mapping", "joint", "mapping-only"):
+        space = shipped_space(name)
+        record = space_to_dict(space)
+        design = pd.DataFrame([template_design(record)])
+        u = DesignColumns.from_space(space).encode(design, warn=False)
+        assert u.shape == (1, space.dim)

@@ -1,0 +1,107 @@
+"""Fused MLP deep ensemble: one batched model holds every member, it recovers a known function
+with calibrated uncertainty, mixes members correctly and survives a save/load round trip."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from analytical.specs import SpecError
+from surrogates.base import STATE_FILE
+from surrogates.ensemble import MLPEnsemble, beta_nll, gaussian_heads, mix
+from surrogates.fused import FusedMLP, member_batches
+from surrogates.metrics import coverage
+
+SMALL = dict(n_members=4, hidden=(32, 32), batch_size=64, max_epochs=60, patience=60, lr=5e-3)
+
+
+@pytest.fixture(scope="module")
+def data(make_dataset):
+    return make_dataset(400)
+
+
+@pytest.fixture(scope="module")
+def fitted(data):
+    X, Y, _, _ = data
+    return MLPEnsemble(**SMALL).fit(X, Y)
+
+
+def test_recovers_a_known_function_with_calibrated_std(fitted, data):
+    _, _, X_test, Y_test = data
+    mean, std = fitted.predict(X_test, return_std=True)
+    assert mean.shape == std.shape == (300, 2) and mean.dtype == std.dtype == torch.float64
+    rmse = ((mean - Y_test) ** 2).mean(0).sqrt()
+    assert (rmse < 0.15 * Y_test.std(0)).all(), rmse
+    assert (coverage(Y_test, mean, std) > 0.8).all() and (std < 0.5 * Y_test.std(0)).all()
+    assert torch.equal(fitted.predict(X_test), mean)
+
+
+def test_members_are_one_fused_model_and_differ(fitted, data):
+    _, _, X_test, _ = data
+    assert isinstance(fitted.net_, FusedMLP)
+    assert [tuple(w.shape) for w in fitted.net_.weights] == [(4, 3, 32), (4, 32, 32), (4, 32, 4)]
+    means, _ = fitted._member_moments(X_test)
+    assert means.shape == (4, 300, 2) and means.std(0).mean() > 1e-3  # independent inits and shuffles
+
+
+def test_fused_forward_equals_each_member_alone():
+    gen = torch.Generator().manual_seed(0)
+    net = FusedMLP(3, 5, (7, 6), 2, generator=gen)
+    x = torch.randn(3, 10, 5, generator=gen)
+    out = net(x)
+    for m in range(3):
+        h = x[m]
+        for i, (w, b) in enumerate(zip(net.weights, net.biases)):
+            h = h @ w[m] + b[m]
+            h = torch.nn.functional.silu(h) if i < 2 else h
+        assert torch.allclose(out[m], h, atol=1e-6)
+
+
+def test_each_member_gets_its_own_shuffle():
+    idx = member_batches(100, 3, 32, torch.Generator().manual_seed(0))
+    assert idx.shape == (3, 3, 32)  # steps x members x batch (the short last batch dropped)
+    for m in range(3):
+        assert idx[:, m].flatten().unique().numel() == 96
+    assert not torch.equal(idx[:, 0], idx[:, 1])
+
+
+def test_mixture_moments():
+    means = torch.tensor([[[0.0]], [[2.0]]])
+    variances = torch.tensor([[[1.0]], [[3.0]]])
+    mean, std = mix(means, variances)
+    assert mean.item() == pytest.approx(1.0)
+    assert std.item() ** 2 == pytest.approx(2.0 + 1.0)  # mean of variances + variance of means
+
+
+def test_beta_nll_is_the_gaussian_nll_at_beta_zero():
+    out = torch.tensor([[[0.5, 0.0]]])  # mean 0.5, softplus(0) variance
+    y = torch.tensor([[[1.5]]])
+    _, var = gaussian_heads(out, 1)
+    expected = -torch.distributions.Normal(0.5, var.sqrt()).log_prob(y) - 0.5 * torch.log(torch.tensor(2 * torch.pi))
+    assert beta_nll(out, y, 0.0).item() == pytest.approx(expected.item(), rel=1e-5)
+    assert beta_nll(out, y, 0.5).item() == pytest.approx(expected.item() * var.sqrt().item(), rel=1e-5)
+
+
+def test_same_seed_same_model(data):
+    X, Y, X_test, _ = data
+    a = MLPEnsemble(n_members=2, hidden=(8,), max_epochs=3, seed=3).fit(X[:100], Y[:100])
+    b = MLPEnsemble(n_members=2, hidden=(8,), max_epochs=3, seed=3).fit(X[:100], Y[:100])
+    assert torch.equal(a.predict(X_test), b.predict(X_test))
+
+
+def test_save_load_round_trip(fitted, data, tmp_path):
+    _, _, X_test, _ = data
+    fitted.save(tmp_path)
+    state = torch.load(tmp_path / STATE_FILE, weights_only=True)
+    assert {"x_mean", "y_std", "std_scale", "net.weights.0"} <= set(state)
+    loaded = MLPEnsemble.load(tmp_path)
+    mean, std = fitted.predict(X_test, return_std=True)
+    mean2, std2 = loaded.predict(X_test, return_std=True)
+    assert torch.equal(mean2, mean) and torch.equal(std2, std)
+
+
+def test_bad_input_is_named(fitted):
+    with pytest.raises(SpecError, match=r"MLPEnsemble\.predict\.X = .*3 columns"):
+        fitted.predict(torch.rand(2, 4, dtype=torch.float64))
+    with pytest.raises(SpecError, match=r"MLPEnsemble\.fit\.X = '5 rows'"):
+        MLPEnsemble().fit(torch.rand(5, 2, dtype=torch.float64), torch.rand(5, 1, dtype=torch.float64))
