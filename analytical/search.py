@@ -231,6 +231,26 @@ def enumerate_mappings(accelerator: AcceleratorSpec, system: SystemSpec, model: 
     return template.expand(n).replace(**{name: col.to(DTYPE) for name, col in grid.items()})
 
 
+def enumerate_mappings_of(design: DesignBatch, options: Optional[SearchOptions] = None) -> DesignBatch:
+    """`enumerate_mappings` at the tensor level: every candidate mapping around ONE design (a batch
+    of one, e.g. a decoded point of a design space), its accelerator, system and model fields kept,
+    its global batch, precision, flash attention and overlap flags taken as given."""
+    from types import SimpleNamespace
+
+    from analytical.specs import MODEL_KINDS
+
+    def num(field: str) -> int:
+        return int(round(float(getattr(design, field)[0])))
+
+    opt = dataclasses.replace(options or DEFAULT_OPTIONS, flash_attention=bool(num("flash_attention"))).validate()
+    system = SimpleNamespace(num_devices=num("num_devices"))
+    model = SimpleNamespace(kind=MODEL_KINDS[num("kind")], num_heads=num("num_heads"), kv_heads=num("num_kv_heads"),
+                            seq_length=num("seq_length"), num_layers=num("num_layers"),
+                            num_experts=num("num_experts"))
+    grid = _mapping_grid(system, model, num("global_batch_size"), opt)
+    return design.expand(grid["tp"].shape[0]).replace(**{name: col.to(DTYPE) for name, col in grid.items()})
+
+
 def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -> MappingSpec:
     """The `MappingSpec` of design `i` of a batch (dp explicit), e.g. to print it or evaluate it again."""
     def num(field: str) -> int:
@@ -251,7 +271,8 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
 
 
 @contextmanager
-def _torch_threads(n: Optional[int]):
+def torch_threads(n: Optional[int]):
+    """Run the block with `n` torch threads (None: leave the setting as it is), restoring it after."""
     previous = torch.get_num_threads()
     if n is None or n == previous:
         yield
@@ -292,7 +313,7 @@ def best_mappings(accelerator: AcceleratorSpec, system: SystemSpec, model: Model
 
     # per chunk keep only its own top-k, then merge: the global top-k is among them
     kept_idx, kept_results, num_feasible = [], [], 0
-    with _torch_threads(opt.num_threads):
+    with torch_threads(opt.num_threads):
         for lo in range(0, n, opt.chunk_size):
             chunk = designs.index(slice(lo, min(n, lo + opt.chunk_size)))
             res = evaluate(chunk, eff)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, fields
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 
@@ -256,26 +256,8 @@ class DesignSpace:
         """`(n, d)` points from a scrambled Sobol sequence or uniformly at random, keeping only those
         that satisfy the known constraints when `known_feasible`. Raises SpecError naming the
         space when fewer than n are found in `max_draws` rounds (the constraints leave too little)."""
-        if method not in ("sobol", "random"):
-            raise SpecError(f"space[{self.name}]", "sampler", method, "sobol or random")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise SpecError(f"space[{self.name}]", "n", n, "an integer >= 1")
-        engine = torch.quasirandom.SobolEngine(self.dim, scramble=True, seed=seed) if method == "sobol" else None
-        generator = torch.Generator().manual_seed(seed)
-        kept: list[torch.Tensor] = []
-        found = 0
-        for _ in range(max_draws):
-            draw = max(n - found, 1024)
-            u = engine.draw(draw, dtype=DTYPE) if engine else torch.rand(draw, self.dim, generator=generator,
-                                                                          dtype=DTYPE)
-            if known_feasible:
-                u = u[self.known_feasible(u)]
-            kept.append(u)
-            found += u.shape[0]
-            if found >= n:
-                return torch.cat(kept)[:n]
-        raise SpecError(f"space[{self.name}]", "known constraints", f"{found} of {n} points found",
-                        "a space where valid points are not vanishingly rare")
+        return sample_unit_cube(self.name, self.dim, n, method, seed,
+                                self.known_feasible if known_feasible else None, max_draws)
 
     def evaluate(self, u: torch.Tensor, eff: Efficiency = DEFAULT_EFFICIENCY) -> StepResult:
         """The analytical model on `(n, d)` points: infeasible points are answers, not errors. With
@@ -287,6 +269,37 @@ class DesignSpace:
         reason = torch.where(derived.reason != 0, derived.reason, result.reason)
         return dataclasses.replace(result, reason=reason, feasible=reason == 0)
 
+
+
+def sample_unit_cube(name: str, dim: int, n: int, method: str = "sobol", seed: int = 0,
+                     keep: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+                     max_draws: int = 64) -> torch.Tensor:
+    """`(n, dim)` points of a scrambled Sobol sequence (`method="sobol"`) or uniform random draws,
+    in sequence order, keeping those where `keep(u)` (a `(k,)` bool mask) holds. Each round draws
+    what the acceptance rate seen so far needs; fewer than n after `max_draws` rounds is a SpecError
+    naming the space `name`."""
+    if method not in ("sobol", "random"):
+        raise SpecError(f"space[{name}]", "sampler", method, "sobol or random")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise SpecError(f"space[{name}]", "n", n, "an integer >= 1")
+    engine = torch.quasirandom.SobolEngine(dim, scramble=True, seed=seed) if method == "sobol" else None
+    generator = torch.Generator().manual_seed(seed)
+    kept: list[torch.Tensor] = []
+    found = drawn = 0
+    for _ in range(max_draws):
+        # draw what the acceptance rate seen so far needs, with 20 % to spare (bounded per round)
+        acceptance = found / drawn if found else (1.0 if drawn == 0 else 1.0 / 64)
+        draw = min(max(math.ceil(1.2 * (n - found) / acceptance), 1024), 1 << 20)
+        drawn += draw
+        u = engine.draw(draw, dtype=DTYPE) if engine else torch.rand(draw, dim, generator=generator, dtype=DTYPE)
+        if keep is not None:
+            u = u[keep(u)]
+        kept.append(u)
+        found += u.shape[0]
+        if found >= n:
+            return torch.cat(kept)[:n]
+    raise SpecError(f"space[{name}]", "known constraints", f"{found} of {n} points found",
+                    "a space where valid points are not vanishingly rare")
 
 def parameters_from_dicts(entries: Sequence[dict]) -> tuple[Parameter, ...]:
     """Parameters from plain mappings (a config's `parameters:` list), unknown keys named. An entry

@@ -4,6 +4,8 @@
     deepflow optimize experiment=gpt3-175b-h100-mapping strategy=random budget=100
     deepflow optimize -m seed=0,1,2                     # one parent MLflow run, a child per job
     deepflow optimize resume=<run id>                   # continue a killed run
+    deepflow optimize experiment=llama3-70b-n5-hierarchical   # inner=best_mapping: BO proposes the chip,
+                                                        # an exhaustive search each proposal's mapping
 
 One job: compose and check the config (conf/optimize.yaml + an experiment), open the MLflow run, and
 run `deepflow.loop.run` with a callback that, after every verified batch, (1) rewrites the local
@@ -48,7 +50,9 @@ OWN_GROUPS = ("experiment", "strategy", "tracking", "space")
 RESUME_OPTIONS = ("resume", "tracking.uri", "output_dir", "output")
 MAX_ENUMERATE = 2_000_000  # largest finite space `optimum=enumerate` evaluates whole
 OPTIONS = {"name", "objective", "power_cap_w", "budget", "q", "seed", "optimum", "warm_start", "resume", "output_dir",
-           "output", "sweep", "hardware", "system", "model", "mapping", "space", "strategy", "tracking", "chip"}
+           "output", "sweep", "hardware", "system", "model", "mapping", "space", "strategy", "tracking", "chip",
+           "inner"}
+INNER = (None, "best_mapping")  # `inner`: null = the space as given; best_mapping = deepflow.hierarchical
 HV_MARGIN = 0.1  # hypervolume reference: nadir of the first feasible batch + this, in log units
 
 
@@ -76,6 +80,7 @@ class Job:
     output_dir: Path
     optimum: Optional[str]
     warm_start: dict = field(default_factory=dict)
+    inner: Optional[str] = None  # best_mapping: `space` is a deepflow.hierarchical.BestMappingSpace
 
     def make_strategy(self, prior=None):
         from deepflow.strategies import make_strategy
@@ -119,6 +124,10 @@ def prepare(cfg: DictConfig, overrides: list[str]) -> Job:
     option(cfg, "output", ("table", "json"))
     budget, q, seed = _int(cfg, "budget", 1), _int(cfg, "q", 1), _int(cfg, "seed", 0)
     optimum = option(cfg, "optimum", (None, "enumerate"))
+    inner = OmegaConf.select(cfg, "inner")
+    if inner not in INNER:
+        raise _err("inner", inner, "null (the space as given) or best_mapping (the optimizer proposes the non-mapping "
+                                   "parameters, an exhaustive search picks each proposal's mapping)")
     try:
         objective = make_objective(str(option(cfg, "objective")), option(cfg, "power_cap_w"))
     except SpecError as exc:
@@ -126,6 +135,14 @@ def prepare(cfg: DictConfig, overrides: list[str]) -> Job:
     for group in ("hardware", "system", "model", "mapping"):
         to_spec(group, cfg[group])
     space = space_from_config(cfg)
+    if inner == "best_mapping":
+        from deepflow.hierarchical import BestMappingSpace
+
+        try:
+            space = BestMappingSpace(space)
+        except SpecError:
+            raise _err("inner", inner, f"null for space {space.name}: best_mapping needs a space with parameters "
+                                       f"outside the mapping (e.g. space=chip-mapping)") from None
     if optimum == "enumerate" and not space.size <= MAX_ENUMERATE:
         raise _err("optimum", optimum, f"null for space {space.name} ({space.size:.3g} points: enumerate needs a "
                                        f"finite space of at most {MAX_ENUMERATE:,})")
@@ -157,7 +174,7 @@ def prepare(cfg: DictConfig, overrides: list[str]) -> Job:
     return Job(cfg=cfg, overrides=overrides, name=name, space=space, objective=objective,
                strategy_name=strategy_name, strategy_params=strategy_cfg, budget=budget, q=q, seed=seed,
                uri=uri, experiment=experiment, output_dir=Path(str(option(cfg, "output_dir"))),
-               optimum=optimum, warm_start=warm)
+               optimum=optimum, warm_start=warm, inner=inner)
 
 
 def compose_jobs(overrides: list[str], multirun: bool) -> list[Job]:
@@ -342,13 +359,34 @@ def evaluation_frame(X: torch.Tensor, rows: list[dict], start: int, batch: int, 
     return pd.DataFrame.from_records(records)
 
 
+def base_space(space):
+    """The `DesignSpace` behind `space` (the outer space of a `BestMappingSpace`): template and chip."""
+    from deepflow.hierarchical import BestMappingSpace
+
+    return space.outer if isinstance(space, BestMappingSpace) else space
+
+
+def chosen_mapping(space, X: torch.Tensor) -> list[dict[str, float]]:
+    """Per point of `X n x d`, the mapping fields the inner search chose (`inner=best_mapping`:
+    `BestMappingSpace.to_batch`, cached); empty dicts for a plain space (its mapping is in X)."""
+    from analytical.search import MAPPING_FIELDS
+    from deepflow.hierarchical import BestMappingSpace
+
+    if not isinstance(space, BestMappingSpace):
+        return [{} for _ in range(X.shape[0])]
+    batch = space.to_batch(X)
+    return [{name: float(getattr(batch, name)[i]) for name in MAPPING_FIELDS} for i in range(X.shape[0])]
+
+
 def design_values(space, x: torch.Tensor) -> dict[str, float]:
     """`{field: SI value}` of the point `x (d,)`: every searched parameter (DesignBatch fields and
-    chip inputs) and the DesignBatch fields its design changes from the space's template (tied
-    peaks, derived dp, a derived chip's accelerator)."""
+    chip inputs), the mapping an inner search chose for it (`inner=best_mapping`) and the
+    DesignBatch fields its design changes from the space's template (tied peaks, derived dp, a
+    derived chip's accelerator)."""
     u = x.reshape(1, -1)
     out = {name: float(v[0]) for name, v in space.decode(u).items()}
-    batch, template = space.to_batch(u), space.template
+    out.update(chosen_mapping(space, u)[0])
+    batch, template = space.to_batch(u), base_space(space).template
     for name, value in batch.fields().items():
         v, t = float(value[0]), float(getattr(template, name)[0])
         if name == "dp" or v != t:
@@ -397,6 +435,8 @@ class OptimizationRun:
         self.started = time.perf_counter()
 
     def on_evaluation(self, X: torch.Tensor, rows: list[dict]) -> None:
+        for row, mapping in zip(rows, chosen_mapping(self.job.space, X)):
+            row["design"].update(mapping)  # inner=best_mapping: the chosen mapping as design.tp, ... columns
         frame = self.store.evaluations()
         start = len(frame)
         batch = int(frame["batch"].iloc[-1]) + 1 if start else 0
@@ -451,8 +491,8 @@ class OptimizationRun:
         summary: dict[str, Any] = {"run_id": store.run_id, "name": job.name, "experiment": job.experiment,
                                    "evaluations": len(frame), "feasible": int(frame["objective_feasible"].sum()),
                                    "objective": job.objective.name, "strategy": job.strategy_name, "seed": job.seed,
-                                   "overrides": job.overrides, "local_dir": str(d.resolve()), "tracking_uri": job.uri,
-                                   "output": str(job.cfg.output)}
+                                   "inner": job.inner, "overrides": job.overrides, "local_dir": str(d.resolve()),
+                                   "tracking_uri": job.uri, "output": str(job.cfg.output)}
         if self.optimum:
             summary["optimum"] = self.optimum
         if "hypervolume" in derived:
@@ -467,7 +507,8 @@ class OptimizationRun:
             if frame["objective_feasible"].any() else None
         if best is not None:
             x = torch.tensor(frame.loc[best, point_columns(job.space.dim)].to_numpy(float), dtype=DTYPE)
-            sections, unmapped = design_config(job.cfg, design_values(job.space, x), getattr(job.space, "chip", None))
+            sections, unmapped = design_config(job.cfg, design_values(job.space, x),
+                                               getattr(base_space(job.space), "chip", None))
             row = job.space.evaluate(x.reshape(1, -1)).row(0)
             recorded = float(frame.loc[best, "step_time_s"])
             header = (f"Best design of `deepflow optimize` run {store.run_id} ({job.name}), evaluation "
@@ -639,7 +680,8 @@ def report(summary: dict[str, Any]) -> str:
     from deepflow.report import design_line, step_table
 
     lines = [f"run {summary['run_id']} ({summary['name']}): {summary['evaluations']} evaluations, "
-             f"{summary['feasible']} feasible, strategy {summary['strategy']}, seed {summary['seed']}, "
+             f"{summary['feasible']} feasible, strategy {summary['strategy']}"
+             f"{' (inner ' + summary['inner'] + ')' if summary.get('inner') else ''}, seed {summary['seed']}, "
              f"{summary['elapsed_s']:.1f} s"]
     if "best_row" not in summary:
         lines.append("no feasible design found: try a larger budget, more devices or a smaller model")

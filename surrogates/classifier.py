@@ -17,7 +17,7 @@ from torch import nn
 
 from analytical.specs import SpecError
 from surrogates.base import DTYPE, BaseSurrogate, check_float, check_int, check_X, describe, seeded
-from surrogates.fused import ACTIVATIONS, FusedMLP, train_fused
+from surrogates.fused import FusedMLP, check_training_params, train_fused
 
 
 def bce(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -59,20 +59,7 @@ class FeasibilityClassifier(BaseSurrogate):
 
     def _validate_params(self) -> None:
         where = type(self).__name__
-        check_int(self.n_members, where, "n_members")
-        if isinstance(self.hidden, (str, bytes)) or not all(
-                isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in self.hidden):
-            raise SpecError(where, "hidden", self.hidden, "a sequence of integers >= 1 (hidden layer widths)")
-        if self.activation not in ACTIVATIONS:
-            raise SpecError(where, "activation", self.activation, "one of " + ", ".join(ACTIVATIONS))
-        check_float(self.lr, where, "lr", high=1.0)
-        check_float(self.weight_decay, where, "weight_decay", low_open=False)
-        check_int(self.batch_size, where, "batch_size")
-        check_int(self.max_epochs, where, "max_epochs")
-        check_int(self.patience, where, "patience")
-        if self.max_seconds is not None:
-            check_float(self.max_seconds, where, "max_seconds")
-        check_float(self.val_fraction, where, "val_fraction", high=0.5)
+        check_training_params(self)
         check_float(self.threshold, where, "threshold", low_open=False, high=1.0)
         check_int(self.predict_chunk, where, "predict_chunk")
         check_int(self.seed, where, "seed", minimum=0)

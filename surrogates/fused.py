@@ -18,6 +18,9 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
+from analytical.specs import SpecError
+from surrogates.base import check_float, check_int
+
 ACTIVATIONS = {"silu": nn.functional.silu, "relu": torch.relu, "tanh": torch.tanh, "gelu": nn.functional.gelu}
 
 
@@ -127,3 +130,23 @@ def validation_loss(model: FusedMLP, X: torch.Tensor, Y: torch.Tensor,
         out = model(x.expand(n_members, *x.shape))
         total += loss_fn(out, y.expand(n_members, *y.shape)) * x.shape[0]
     return total / X.shape[0]
+
+
+def check_training_params(model) -> None:
+    """The hyper-parameters every fused-MLP model shares (members, widths, activation, optimizer,
+    epochs, early stopping, time budget, validation split): SpecError naming the first bad one."""
+    where = type(model).__name__
+    check_int(model.n_members, where, "n_members")
+    if isinstance(model.hidden, (str, bytes)) or not all(
+            isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in model.hidden):
+        raise SpecError(where, "hidden", model.hidden, "a sequence of integers >= 1 (hidden layer widths)")
+    if model.activation not in ACTIVATIONS:
+        raise SpecError(where, "activation", model.activation, "one of " + ", ".join(ACTIVATIONS))
+    check_float(model.lr, where, "lr", high=1.0)
+    check_float(model.weight_decay, where, "weight_decay", low_open=False)
+    check_int(model.batch_size, where, "batch_size")
+    check_int(model.max_epochs, where, "max_epochs")
+    check_int(model.patience, where, "patience")
+    if model.max_seconds is not None:
+        check_float(model.max_seconds, where, "max_seconds")
+    check_float(model.val_fraction, where, "val_fraction", high=0.5)

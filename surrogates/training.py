@@ -68,6 +68,13 @@ def make_surrogate(name: str, params: Mapping[str, Any], columns: DesignColumns,
                         "one of " + ", ".join(p for p in accepted if p != "self"))
     if "cat_dims" in accepted and "cat_dims" not in params:
         params["cat_dims"] = [i for i, p in enumerate(columns.parameters) if p.kind == "categorical"]
+    # [column, cardinality] pairs: discrete coordinates snapped to bin centres, categoricals one-hot
+    if "discrete_dims" in accepted and "discrete_dims" not in params:
+        params["discrete_dims"] = [[i, int(p.cardinality)] for i, p in enumerate(columns.parameters)
+                                   if 2 <= p.cardinality < math.inf]
+    if "one_hot_dims" in accepted and "one_hot_dims" not in params:
+        params["one_hot_dims"] = [[i, len(p.choices)] for i, p in enumerate(columns.parameters)
+                                  if p.kind == "categorical" and len(p.choices) >= 2]
     return cls(**params)
 
 

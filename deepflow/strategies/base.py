@@ -140,25 +140,8 @@ def check_q(q: int) -> int:
     return q
 
 
-def known_feasible_pool(space: DesignSpace, n: int, seed: int, method: str = "sobol") -> torch.Tensor:
-    """`n x d` points satisfying the space's known constraints (Sobol by default)."""
-    return space.sample(n, method=method, seed=seed)
-
-
-def unseen(candidates: torch.Tensor, seen: torch.Tensor, space: DesignSpace) -> torch.Tensor:
-    """`k` bool: candidates whose decoded design differs from every row of `seen` and from every
-    earlier candidate (discrete parameters compare by value, so two points in one bin are one design)."""
-    keys = design_keys(space, candidates)
-    old = set(design_keys(space, seen)) if seen.shape[0] else set()
-    out, taken = [], set()
-    for k in keys:
-        out.append(k not in old and k not in taken)
-        taken.add(k)
-    return torch.tensor(out, dtype=torch.bool)
-
-
 def design_keys(space: DesignSpace, u: torch.Tensor) -> list[tuple]:
     """One hashable key per row of `u n x d`: the decoded values (continuous ones rounded to 12 digits)."""
     values = space.decode(u)
     cols = torch.stack([values[name] for name in space.names], dim=-1) if u.shape[0] else torch.zeros(0, space.dim)
-    return [tuple(round(float(v), 12) for v in row) for row in cols]
+    return [tuple(round(v, 12) for v in row) for row in cols.detach().tolist()]

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from contextlib import contextmanager
 from typing import Optional
 
 import torch
@@ -64,6 +63,7 @@ from gpytorch.means import Mean
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from analytical.design import DTYPE
+from analytical.search import torch_threads
 from analytical.space import DesignSpace
 from analytical.specs import SpecError
 from deepflow.strategies.base import History, check_q, design_keys
@@ -110,7 +110,7 @@ def grid_ids(space: DesignSpace, u: torch.Tensor) -> torch.Tensor:
     return ids
 
 
-def marginals(gp, X: torch.Tensor, chunk: int = 16384) -> tuple[torch.Tensor, torch.Tensor]:
+def marginals(gp, X: torch.Tensor, chunk: int = 8192) -> tuple[torch.Tensor, torch.Tensor]:
     """`(mean n, variance n)` of a fitted single-output exact GP at `X n x d`, on the outcome scale:
     the textbook predictive equations with one Cholesky of the training covariance (the marginals
     only, which BoTorch's posterior would compute through the full joint covariance)."""
@@ -125,7 +125,8 @@ def marginals(gp, X: torch.Tensor, chunk: int = 16384) -> tuple[torch.Tensor, to
         cross = gp.covar_module(part, Xt).to_dense()
         means.append(gp.mean_module(part) + (cross @ alpha).squeeze(-1))
         v = torch.linalg.solve_triangular(L, cross.transpose(-1, -2), upper=False)
-        variances.append(gp.covar_module(part, diag=True) - (v**2).sum(0))
+        prior_var = gp.covar_module(part.unsqueeze(-2), part.unsqueeze(-2)).to_dense()[..., 0, 0]  # n 1x1 blocks
+        variances.append(prior_var - (v**2).sum(0))
     mean, var = torch.cat(means), torch.cat(variances).clamp_min(0.0)
     transform = getattr(gp, "outcome_transform", None)
     if transform is not None:
@@ -141,17 +142,6 @@ def log_ei(z: torch.Tensor) -> torch.Tensor:
     return _log_ei_helper(z)
 
 
-@contextmanager
-def _torch_threads(n: Optional[int]):
-    previous = torch.get_num_threads()
-    if n is None or n == previous:
-        yield
-        return
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 class SurrogateMean(Mean):
@@ -301,7 +291,7 @@ class BayesianOptimization:
         n_init = self.n_init if self.n_init is not None else 2 * (space.dim + 1)
         if history.n < n_init:
             return SobolSearch().propose(space, history, min(q, n_init - history.n), seed)
-        with _torch_threads(self.num_threads):
+        with torch_threads(self.num_threads):
             return self._propose(space, history, q, seed)
 
     def _propose(self, space: DesignSpace, history: History, q: int, seed: int) -> torch.Tensor:
@@ -324,7 +314,6 @@ class BayesianOptimization:
         """Indices of the `screen` most promising choices by the analytic screen (module docstring)."""
         models = acqf.model.models if isinstance(acqf.model, ModelListGP) else [acqf.model]
         m, cons, best = self._m, self._cons, self._best
-        scores = []
         with torch.no_grad():
             stats = [marginals(gp, choices) for gp in models]
             mean = torch.stack([s[0] for s in stats], -1)

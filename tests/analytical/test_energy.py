@@ -11,7 +11,6 @@ import torch
 
 from analytical import MappingSpec, ModelSpec, Reason, SpecError, evaluate, single_design, stack_designs
 from analytical import energy, silicon
-from analytical.design import GIB, MIB
 from analytical.memory import params_per_device
 from analytical.technology import LINK_TECHS, LOGIC_NODES, MEMORY_TECHS
 

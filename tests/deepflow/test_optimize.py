@@ -137,6 +137,52 @@ def test_multirun_creates_child_runs_under_one_parent(tmp_path, monkeypatch, cap
     assert "sweep (parent run" in out and out.strip().splitlines()[-1].startswith("open the MLflow UI: mlflow ui")
 
 
+def test_inner_best_mapping_records_and_round_trips_the_chosen_mapping(tmp_path, monkeypatch, capsys):
+    """inner=best_mapping on the chip co-design: the strategy's space is the chip's, every verified row
+    carries the fastest mapping of its chip (the core search agrees), and best_design.yaml
+    evaluates again to the recorded step time."""
+    import torch
+
+    from analytical.design import DTYPE
+    from analytical.search import MAPPING_FIELDS, best_mappings
+    from deepflow.config import compose_config, design_from_config, space_from_config
+    from deepflow.hierarchical import BestMappingSpace
+
+    monkeypatch.chdir(tmp_path)
+    args = ["experiment=llama3-70b-n5-codesign", "inner=best_mapping", "strategy=random", "budget=4", "q=4",
+            "warm_start.samples=0", "optimum=null"]
+    assert main(["optimize", *args, "output=json"]) == 0
+    captured = capsys.readouterr()
+    assert "warning" not in captured.err  # no best_design.yaml round-trip mismatch
+    out = json.loads(captured.out)["runs"][0]
+    assert out["feasible"] >= 1
+    local = Path(out["local_dir"])
+    frame = pd.read_parquet(local / "evaluations.parquet")
+    outer = BestMappingSpace(space_from_config(compose_config(args, config_name="optimize")))
+    assert frame.filter(like="x.").shape[1] == outer.dim == 9  # the chip's parameters and precision only
+    X = torch.tensor(frame[[f"x.{i}" for i in range(outer.dim)]].to_numpy(), dtype=DTYPE)
+    again = outer.to_batch(X)  # a fresh search of every row's outer point
+    for name in MAPPING_FIELDS:
+        assert frame[f"design.{name}"].tolist() == getattr(again, name).tolist(), name
+    # the best design's file: its mapping is the chosen one, and the core search finds it fastest
+    design = yaml.safe_load((local / "best_design.yaml").read_text())
+    best = frame.loc[frame["index"] == out["best_index"]].iloc[0]
+    assert design["mapping"]["tp"] == best["design.tp"] and design["mapping"]["pp"] == best["design.pp"]
+    assert design["mapping"]["dp"] == best["design.dp"] and design["mapping"]["cp"] == best["design.cp"]
+    assert design["mapping"]["micro_batch_size"] == best["design.micro_batch_size"]
+    specs, _, _ = design_from_config(compose_config([f"design={local / 'best_design.yaml'}"]))
+    accelerator, system, model, mapping = specs
+    found = best_mappings(accelerator, system, model, mapping.global_batch_size, top_k=1,
+                          precision=mapping.precision, flash_attention=mapping.flash_attention,
+                          overlap_dp_comm=mapping.overlap_dp_comm, overlap_tp_comm=mapping.overlap_tp_comm)
+    # (same mapping; its step time differs: an AcceleratorSpec lacks the chip's own scale-out bandwidth
+    # and energies at the operating voltage, which `deepflow evaluate design=` keeps)
+    assert {k: getattr(found.best, k) for k in MAPPING_FIELDS} == {k: design["mapping"][k] for k in MAPPING_FIELDS}
+    # ... and `deepflow evaluate design=` gives the recorded step time
+    assert main(["evaluate", f"design={local / 'best_design.yaml'}", "output=json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time_s"] == pytest.approx(out["best_step_time_s"], rel=1e-12)
+
+
 @pytest.mark.parametrize("args, needle", [
     (["experiment=nope"], "experiment='nope' is not a known experiment: allowed"),
     (["strategy=nope"], "strategy='nope' is not a known strategy: allowed"),
@@ -149,6 +195,7 @@ def test_multirun_creates_child_runs_under_one_parent(tmp_path, monkeypatch, cap
     (["tracking.uri=ftp://x"], "tracking.uri='ftp://x' is invalid"),
     (["seed=0,1"], "seed has several values (a sweep): add -m"),
     (["optimum=always"], "optimum='always' is invalid"),
+    (["inner=bogus"], "inner='bogus' is invalid: allowed null (the space as given) or best_mapping"),
     (["resume=0123abcd"], "resume='0123abcd' is not a run"),
     (["resume=0123abcd", "budget=4"], "budget cannot be changed when resuming"),
 ])

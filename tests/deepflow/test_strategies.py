@@ -1,7 +1,5 @@
 """Strategies: BO on a known test function, constraints, batches, the gradient baseline, names."""
 
-import math
-
 import pytest
 import torch
 from botorch.test_functions import Branin
@@ -105,3 +103,45 @@ def test_gradient_baseline_decreases_the_objective():
 def test_registry_builds_every_strategy():
     for name in STRATEGIES:
         assert make_strategy(name).name == name
+
+
+def test_hierarchical_best_mapping_matches_the_core_search():
+    from analytical.search import best_mappings
+    from analytical.space import DesignSpace, Parameter
+    from deepflow.hierarchical import BestMappingSpace
+    from deepflow.presets import load_preset
+    from tests.deepflow.optspaces import template
+
+    space = DesignSpace("test-hw", (Parameter("hbm_bw_bytes_per_s", "continuous", 1e12, 8e12, log=True),
+                                    Parameter("tp", "log2", 1, 8)), template()).validate()
+    outer = BestMappingSpace(space)
+    assert outer.names == ["hbm_bw_bytes_per_s"]
+    u = outer.encode({"hbm_bw_bytes_per_s": space.template.hbm_bw_bytes_per_s})
+    mapping = load_preset("mapping", "gpt3-175b-1024")
+    found = best_mappings(load_preset("hardware", "h100-sxm-80gb"), load_preset("system", "dgx-h100-superpod"),
+                          load_preset("model", "gpt3-175b"), mapping.global_batch_size, top_k=1,
+                          precision=mapping.precision, flash_attention=mapping.flash_attention)
+    assert float(outer.evaluate(u).step_time_s[0]) == pytest.approx(found.rows[0]["step_time_s"], rel=1e-12)
+    history = run(outer, make_objective("step_time"), make_strategy("random"), 3, q=3, seed=0)
+    assert bool(history.feasible.all())
+
+
+class ExactBranin:
+    """A perfect 'surrogate' of Branin on the unit square with the surrogates' predict interface."""
+
+    def predict(self, X, return_std=True):
+        mean = branin(X).unsqueeze(-1)
+        return mean, torch.zeros_like(mean)
+
+
+def test_surrogate_prior_mean_warm_starts_the_gp():
+    space = unit_square_space()
+    X = space.sample(6, seed=0)
+    history = History(X=X, Y=branin(X).unsqueeze(-1), feasible=torch.ones(6, dtype=torch.bool))
+    test = space.sample(64, seed=1, method="random")
+    errors = {}
+    for prior in (None, ExactBranin()):
+        model = make_strategy("bo", prior=prior).fit(space, history)[0]
+        with torch.no_grad():
+            errors[prior is None] = float((model.posterior(test).mean[:, 0] - branin(test)).abs().mean())
+    assert errors[False] < 0.1 * errors[True]

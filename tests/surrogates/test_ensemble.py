@@ -10,6 +10,7 @@ from analytical.specs import SpecError
 from surrogates.base import STATE_FILE
 from surrogates.ensemble import MLPEnsemble, beta_nll, gaussian_heads, mix
 from surrogates.fused import FusedMLP, member_batches
+from surrogates.inputs import encoded_width, one_hot, snap_to_bins
 from surrogates.metrics import coverage
 
 SMALL = dict(n_members=4, hidden=(32, 32), batch_size=64, max_epochs=60, patience=60, lr=5e-3)
@@ -105,3 +106,54 @@ def test_bad_input_is_named(fitted):
         fitted.predict(torch.rand(2, 4, dtype=torch.float64))
     with pytest.raises(SpecError, match=r"MLPEnsemble\.fit\.X = '5 rows'"):
         MLPEnsemble().fit(torch.rand(5, 2, dtype=torch.float64), torch.rand(5, 1, dtype=torch.float64))
+
+
+def binned_dataset(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`n x 3` points and `n x 1` targets that depend on the bin of column 0 (4 bins, a categorical
+    whose codes are unordered) and of column 1 (3 ordered bins), and smoothly on column 2."""
+    X = torch.rand(n, 3, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    cat = torch.floor(X[:, 0] * 4).clamp(max=3).long()
+    level = torch.floor(X[:, 1] * 3).clamp(max=2)
+    y = torch.tensor([0.0, 1.5, -1.0, 0.5], dtype=torch.float64)[cat] + 0.5 * level + torch.sin(3 * X[:, 2])
+    return X, y.unsqueeze(-1)
+
+
+def test_snap_and_one_hot_encode_what_the_space_decodes():
+    X = torch.tensor([[0.10, 0.40, 0.7], [0.99, 0.01, 0.2]], dtype=torch.float64)
+    snapped = snap_to_bins(X, [(0, 4), (1, 3)])
+    assert torch.allclose(snapped, torch.tensor([[0.125, 0.5, 0.7], [0.875, 1 / 6, 0.2]], dtype=torch.float64))
+    assert X[0, 0] == 0.10  # a copy
+    beyond = torch.tensor([[1.125, -0.1, 0.5]], dtype=torch.float64)  # past the range: kept (extrapolation)
+    assert torch.equal(snap_to_bins(beyond, [(0, 4), (1, 3)]), beyond)
+    wide = one_hot(X, [(0, 4)])
+    assert wide.shape == (2, encoded_width(3, [(0, 4)])) == (2, 6)
+    assert wide[:, :4].tolist() == [[1, 0, 0, 0], [0, 0, 0, 1]] and torch.equal(wide[:, 4:], X[:, 1:])
+
+
+def test_discrete_and_one_hot_options_fit_steps_and_survive_save_load(tmp_path):
+    X, Y = binned_dataset(600, 0)
+    X_test, Y_test = binned_dataset(300, 1)
+    params = dict(n_members=3, hidden=(32, 32), batch_size=64, max_epochs=40, patience=40, lr=5e-3)
+    model = MLPEnsemble(**params, discrete_dims=[[0, 4], [1, 3]], one_hot_dims=[[0, 4]]).fit(X, Y)
+    assert [tuple(w.shape) for w in model.net_.weights][0] == (3, 6, 32)  # 4 indicators + 2 columns
+    shifted = X_test.clone()
+    shifted[:, :2] = snap_to_bins(X_test, [(0, 4), (1, 3)])[:, :2]  # same designs, bin centres
+    mean = model.predict(X_test)
+    assert torch.equal(model.predict(shifted), mean)  # within-bin offsets are ignored
+    plain = MLPEnsemble(**params).fit(X, Y)
+    rmse = ((mean - Y_test) ** 2).mean().sqrt()
+    assert rmse < 0.1 * Y_test.std() and rmse < ((plain.predict(X_test) - Y_test) ** 2).mean().sqrt()
+    model.save(tmp_path)
+    assert torch.load(tmp_path / STATE_FILE, weights_only=True)["x_mean"].shape == (6,)
+    loaded = MLPEnsemble.load(tmp_path)
+    assert loaded.one_hot_dims == [[0, 4]] and loaded.discrete_dims == [[0, 4], [1, 3]]
+    mean2, std2 = loaded.predict(X_test, return_std=True)
+    assert torch.equal(mean2, mean) and torch.equal(std2, model.predict(X_test, return_std=True)[1])
+
+
+@pytest.mark.parametrize("dims", [[[0, 1]], [[-1, 3]], [[0, 3], [0, 4]], [3], "0,3", [[0.5, 3]]])
+def test_bad_dims_are_named(dims):
+    with pytest.raises(SpecError, match=r"MLPEnsemble\.one_hot_dims"):
+        MLPEnsemble(one_hot_dims=dims).fit(torch.rand(50, 2, dtype=torch.float64), torch.rand(50, 1, dtype=torch.float64))
+    with pytest.raises(SpecError, match=r"MLPEnsemble\.discrete_dims = .*columns < d = 2"):
+        MLPEnsemble(discrete_dims=[[2, 3]]).fit(torch.rand(50, 2, dtype=torch.float64), torch.rand(50, 1, dtype=torch.float64))

@@ -1,0 +1,131 @@
+"""Hierarchical mode `inner=best_mapping` (the PHAZE / DeepFlow structure): the optimizer proposes
+technology, chip and cluster; the core's exhaustive best-mapping search picks the mapping of each.
+
+`BestMappingSpace(space)` is the outer space: the parameters of `space` that are not searched
+mapping fields (`analytical.search.MAPPING_FIELDS`: tp, pp, dp, cp, ep, vp, sequence parallel,
+micro-batch, recompute, ZeRO stage, distributed optimizer). Precision, flash attention and the
+overlap flags stay outer parameters if the space varies them (the search takes them as given).
+It has what the loop and the strategies use of a `DesignSpace` (`dim`, `parameters`, `names`,
+`size`, `decode`, `encode`, `sample`, `known_feasible`, `to_batch`, `evaluate`), so any strategy runs
+on it unchanged: `evaluate(u)` answers, for each outer point, with the evaluation of its fastest
+feasible mapping (every valid mapping of `analytical.search.enumerate_mappings_of` evaluated in
+one batched call), or with the reason of the template's mapping when no mapping is feasible; a
+chip that cannot be built keeps its derivation reason. `to_batch(u)` gives the same designs (with
+their best mappings), differentiable in u's continuous coordinates.
+
+The known constraints of the outer space are the chip's (implied splits >= 0): mapping rules are the
+inner search's business.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional
+
+import torch
+
+from analytical.design import DTYPE, DesignBatch
+from analytical.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from analytical.search import MAPPING_FIELDS, SearchOptions, enumerate_mappings_of
+from analytical.space import DesignSpace, sample_unit_cube
+from analytical.specs import SpecError
+from analytical.step import StepResult, evaluate
+
+
+class BestMappingSpace:
+    """The outer space of `space` with the mapping chosen by exhaustive search (module docstring)."""
+
+    def __init__(self, space: DesignSpace, options: Optional[SearchOptions] = None, cache_size: int = 4096):
+        outer = tuple(p for p in space.parameters if p.name not in MAPPING_FIELDS)
+        if not outer:
+            raise SpecError(f"space[{space.name}]", "parameters", space.names,
+                            "some parameter outside the mapping for inner=best_mapping")
+        self.space = space
+        self.outer = dataclasses.replace(space, name=f"{space.name}/outer", parameters=outer)
+        self.options = options
+        self.cache_size = cache_size
+        self._cache: dict[bytes, dict[str, float]] = {}  # outer point -> its best mapping's fields
+
+    # the DesignSpace surface the loop and strategies use
+    @property
+    def name(self) -> str:
+        return self.outer.name
+
+    @property
+    def parameters(self):
+        return self.outer.parameters
+
+    @property
+    def dim(self) -> int:
+        return self.outer.dim
+
+    @property
+    def names(self) -> list[str]:
+        return self.outer.names
+
+    @property
+    def size(self) -> float:
+        return self.outer.size
+
+    def decode(self, u: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.outer.decode(u)
+
+    def encode(self, values: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.outer.encode(values)
+
+    def known_feasible(self, u: torch.Tensor) -> torch.Tensor:
+        return self.outer.splits_hold(u)
+
+    def sample(self, n: int, method: str = "sobol", seed: int = 0, known_feasible: bool = True,
+               max_draws: int = 64) -> torch.Tensor:
+        return sample_unit_cube(self.outer.name, self.dim, n, method, seed,
+                                self.known_feasible if known_feasible else None, max_draws)
+
+    # the inner search
+    def best_mapping(self, design: DesignBatch, eff: Efficiency = DEFAULT_EFFICIENCY) -> Optional[dict[str, float]]:
+        """The mapping fields of the fastest feasible mapping of one design (a batch of one), or None."""
+        grid = enumerate_mappings_of(design, self.options)
+        if grid.batch_size == 0:
+            return None
+        result = evaluate(grid, eff)
+        time_s = torch.where(result.feasible, result.step_time_s, torch.full_like(result.step_time_s, math.inf))
+        best = int(torch.argmin(time_s))
+        if not bool(result.feasible[best]):
+            return None
+        return {name: float(getattr(grid, name)[best]) for name in MAPPING_FIELDS}
+
+    def _mappings(self, u: torch.Tensor, eff: Efficiency) -> list[Optional[dict[str, float]]]:
+        batch, derived = self.outer.to_batch_and_chip(u.detach())
+        out = []
+        for i in range(u.shape[0]):
+            key = u[i].detach().numpy().tobytes()
+            if key not in self._cache:
+                if len(self._cache) >= self.cache_size:
+                    self._cache.pop(next(iter(self._cache)))
+                chip_ok = derived is None or int(derived.reason[i]) == 0
+                self._cache[key] = self.best_mapping(batch.index(slice(i, i + 1)), eff) if chip_ok else None
+            out.append(self._cache[key])
+        return out
+
+    def to_batch(self, u: torch.Tensor, eff: Efficiency = DEFAULT_EFFICIENCY) -> DesignBatch:
+        """`(n, d)` outer points to their designs with their best mappings (the template's mapping
+        where none is feasible); differentiable in the continuous coordinates of u."""
+        batch = self.outer.to_batch(u)
+        mappings = self._mappings(u, eff)
+        columns = {}
+        for name in MAPPING_FIELDS:
+            default = getattr(batch, name)
+            values = [m[name] if m is not None else float(default[i]) for i, m in enumerate(mappings)]
+            columns[name] = torch.tensor(values, dtype=DTYPE)
+        return batch.replace(**columns)
+
+    def evaluate(self, u: torch.Tensor, eff: Efficiency = DEFAULT_EFFICIENCY) -> StepResult:
+        """Each outer point evaluated with its best mapping (module docstring)."""
+        batch = self.to_batch(u, eff)
+        result = evaluate(batch, eff)
+        if self.outer.chip is None:
+            return result
+        _, derived = self.outer.to_batch_and_chip(u.detach())
+        reason = torch.where(derived.reason != 0, derived.reason, result.reason)
+        return dataclasses.replace(result, reason=reason, feasible=reason == 0)
