@@ -309,6 +309,24 @@ def best_mappings(accelerator: AcceleratorSpec, system: SystemSpec, model: Model
              "overlap_tp_comm": overlap_tp_comm}
     opt = dataclasses.replace(opt, **{k: v for k, v in given.items() if v is not None})
     designs = enumerate_mappings(accelerator, system, model, global_batch_size, precision, opt)
+    return _fastest_mappings(designs, top_k, opt, eff, start)
+
+
+def best_mappings_of(design: DesignBatch, top_k: int = 10, options: Optional[SearchOptions] = None,
+                     eff: Efficiency = DEFAULT_EFFICIENCY) -> SearchResult:
+    """`best_mappings` around ONE design given as tensors (a batch of one), e.g. on a derived chip
+    whose accelerator fields (energies at its operating voltage, its own NIC) no spec can carry:
+    every mapping of `enumerate_mappings_of(design, options)` evaluated in one batched call."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise SpecError("search", "top_k", top_k, "an integer >= 1")
+    start = time.perf_counter()
+    opt = options or DEFAULT_OPTIONS
+    return _fastest_mappings(enumerate_mappings_of(design, opt), top_k, opt, eff, start)
+
+
+def _fastest_mappings(designs: DesignBatch, top_k: int, opt: SearchOptions, eff: Efficiency,
+                      start: float) -> SearchResult:
+    """Evaluate the enumerated `designs` chunk by chunk and keep the `top_k` fastest feasible."""
     n = designs.batch_size
 
     # per chunk keep only its own top-k, then merge: the global top-k is among them

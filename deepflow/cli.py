@@ -51,8 +51,9 @@ def cmd_evaluate(overrides: list[str]) -> int:
 
 
 def cmd_best_mapping(overrides: list[str]) -> int:
-    from analytical.search import best_mappings
-    from deepflow.config import compose_config, option, specs_from_config
+    from analytical import REASON_TEXT, Reason
+    from analytical.search import DEFAULT_OPTIONS, best_mappings, best_mappings_of
+    from deepflow.config import compose_config, design_from_config, option
     from deepflow.report import design_line
 
     cfg = compose_config(overrides)
@@ -60,9 +61,16 @@ def cmd_best_mapping(overrides: list[str]) -> int:
     top_k = option(cfg, "top_k")
     if not isinstance(top_k, int) or top_k < 1:
         return _fail(f"top_k={top_k!r} is invalid: allowed an integer >= 1")
-    accelerator, system, model, mapping = specs_from_config(cfg)
-    found = best_mappings(accelerator, system, model, mapping.global_batch_size, top_k=top_k,
-                          precision=mapping.precision, flash_attention=mapping.flash_attention)
+    (accelerator, system, model, mapping), design, derived = design_from_config(cfg)
+    if derived is None:
+        found = best_mappings(accelerator, system, model, mapping.global_batch_size, top_k=top_k,
+                              precision=mapping.precision, flash_attention=mapping.flash_attention)
+    else:  # a derived chip: search around its tensors (operating-point energies, its own NIC), as evaluate does
+        if int(derived.reason[0]):  # an answer, as in evaluate: no mapping runs on a chip that cannot be built
+            print(f"no feasible mapping: the chip cannot be built ({REASON_TEXT[Reason(int(derived.reason[0]))]})")
+            return 1
+        found = best_mappings_of(design.replace(overlap_dp_comm=float(DEFAULT_OPTIONS.overlap_dp_comm),
+                                                overlap_tp_comm=float(DEFAULT_OPTIONS.overlap_tp_comm)), top_k=top_k)
     rows = [{"mapping": m.__dict__, **r} for m, r in zip(found.mappings, found.rows)]
     if output == "json":
         print(json.dumps({"enumerated": found.num_enumerated, "feasible": found.num_feasible,

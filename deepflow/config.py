@@ -21,7 +21,7 @@ from deepflow.presets import CONF_DIR, GROUP_SPECS, ConfigError, available, to_s
 def _explain(exc: Exception, overrides: list[str]) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     missing = re.search(r"Could not find '(\w+)/([^']+)'", text)
-    if missing and missing.group(1) in GROUP_SPECS:
+    if missing and (CONF_DIR / missing.group(1)).is_dir():  # any config group: hardware, space, strategy, ...
         group, name = missing.groups()
         return f"{group}={name!r} is not a known preset: allowed {', '.join(available(group))}"
     for group in GROUP_SPECS:

@@ -50,6 +50,7 @@ def test_evaluate_infeasible_design_is_an_answer_not_an_error():
     (("frobnicate",), "unknown command"),
     (("validate", "data=/nonexistent.csv"), "no such file"),
     (("best-mapping", "top_k=0"), "top_k"),
+    (("sample", "space=jointt"), "space='jointt' is not a known preset: allowed chip-mapping, hardware-mapping, joint"),
 ])
 def test_bad_input_is_one_line_naming_the_field(args, needle):
     out = run(*args)

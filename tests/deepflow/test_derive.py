@@ -141,3 +141,29 @@ def test_a_chip_space_without_a_chip_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="chip=<preset>"):
         space_from_config(cfg)
     assert OmegaConf.select(cfg, "chip") is None
+
+
+def test_best_mapping_on_a_derived_chip_agrees_with_evaluate(capsys):
+    """`best-mapping chip=...` searches around the derived chip's own tensors (operating-point
+    energies, its own NIC), so its best step time is what `evaluate chip=...` gives that mapping."""
+    common = ("chip=h100-n4", "system=dgx-h100-superpod", "model=llama2-7b", "system.num_devices=64",
+              "mapping.global_batch_size=256")
+    status, out, _ = call(capsys, "best-mapping", *common, "top_k=2", "output=json")
+    assert status == 0
+    found = json.loads(out)
+    assert found["feasible"] > 0 and len(found["top"]) == 2
+    best = found["top"][0]
+    assert best["step_time_s"] <= found["top"][1]["step_time_s"]
+    fields = [f"mapping.{k}={str(v).lower() if isinstance(v, bool) else v}"
+              for k, v in best["mapping"].items() if k != "name" and v is not None]
+    status, out, _ = call(capsys, "evaluate", *common, *fields, "output=json")
+    assert status == 0
+    again = json.loads(out)
+    assert again["feasible"]
+    assert again["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-12)
+
+
+def test_best_mapping_on_a_chip_that_cannot_be_built_is_an_answer(capsys):
+    status, out, _ = call(capsys, "best-mapping", "chip=h100-n4", "chip.die_area_mm2=5")
+    assert status == 1
+    assert "cannot be built" in out and "compute unit" in out
