@@ -12,7 +12,7 @@ import torch
 
 from analytical.chip_constants import DerivationConstants
 from analytical.chip_spec import supply_range_v
-from analytical.silicon import LEAKAGE_VOLTAGE_EXPONENT
+from analytical.silicon import LEAKAGE_VOLTAGE_EXPONENT, integer_power
 
 NEWTON_STEPS = 5  # from the top of the supply range: relative power residual < 3e-15 after 5 on 1e5 random chips
 
@@ -20,15 +20,6 @@ NEWTON_STEPS = 5  # from the top of the supply range: relative power residual < 
 def clock_ratio(vdd_v, threshold_v, nominal_vdd_v, alpha):
     """f(V) / f(V_nominal) by the alpha-power law: ((V - Vt)^alpha / V) / ((Vn - Vt)^alpha / Vn)."""
     return ((vdd_v - threshold_v) / (nominal_vdd_v - threshold_v)) ** alpha * nominal_vdd_v / vdd_v
-
-
-def integer_power(x, exponent: float):
-    """x ** exponent, by multiplication for the small integer exponents (cheaper than pow)."""
-    if exponent == 2.0:
-        return x * x
-    if exponent == 3.0:
-        return x * x * x
-    return x ** exponent
 
 
 def _compute_power_parts_w(vdd_v, dynamic_nominal_w, leakage_nominal_w, threshold_v, nominal_vdd_v,

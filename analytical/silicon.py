@@ -60,7 +60,7 @@ def _max(x, floor: float):
     return x.clamp_min(floor) if hasattr(x, "clamp_min") else max(x, floor)
 
 
-def _power(x, exponent: float):
+def integer_power(x, exponent: float):
     """x ** exponent, by multiplication for the integer exponents 2 and 3 (cheaper than pow)."""
     if exponent == 2.0:
         return x * x
@@ -90,7 +90,7 @@ def leakage_power_w(units_dynamic_nominal_w, leakage_fraction, voltage_ratio=1.0
     """Static power of compute units whose dynamic power at peak, nominal V and clock is
     `units_dynamic_nominal_w`: the node's static share at nominal V, times (V / Vn)^3."""
     return (units_dynamic_nominal_w * leakage_fraction / (1.0 - leakage_fraction)
-            * _power(voltage_ratio, LEAKAGE_VOLTAGE_EXPONENT))
+            * integer_power(voltage_ratio, LEAKAGE_VOLTAGE_EXPONENT))
 
 
 def compute_power_at_peak_w(peak_16bit_flops_per_s, fp16_mac_energy_j, leakage_fraction, sram_read_energy_j_per_bit,
