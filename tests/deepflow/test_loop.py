@@ -8,15 +8,7 @@ from deepflow.loop import run
 from deepflow.objectives import make_objective
 from deepflow.strategies import make_strategy
 from deepflow.strategies.base import History
-from tests.deepflow.optspaces import small_mapping_space
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+from tests.deepflow.optspaces import one_thread, small_mapping_space  # noqa: F401 (autouse fixture)
 
 
 class Recorder:

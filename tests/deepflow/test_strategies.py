@@ -9,18 +9,11 @@ from deepflow.loop import run
 from deepflow.objectives import make_objective
 from deepflow.strategies import STRATEGIES, make_strategy
 from deepflow.strategies.base import History, design_keys
-from tests.deepflow.optspaces import continuous_space, small_mapping_space, unit_square_space
+from tests.deepflow.optspaces import (continuous_space, one_thread, small_mapping_space,  # noqa: F401 (fixture)
+                                      unit_square_space)
 
 BRANIN = Branin()
 BRANIN_OPT = 0.397887
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 def branin(u: torch.Tensor) -> torch.Tensor:
