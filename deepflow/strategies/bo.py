@@ -46,6 +46,7 @@ Candidates:
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from typing import Optional
 
@@ -250,7 +251,9 @@ class BayesianOptimization:
         return model, X, Y, feas, cons
 
     def acquisition(self, space: DesignSpace, history: History, seed: int):
+        start = time.perf_counter()
         model, X, Y, feas, cons = self.fit(space, history)
+        self.last_fit_s_ = time.perf_counter() - start  # GP fit seconds of the latest proposal
         m = Y.shape[1]
         self._m, self._cons = m, cons
         self._best = float(Y[feas, 0].min()) if bool(feas.any()) else float(Y[:, 0].min())
@@ -288,6 +291,7 @@ class BayesianOptimization:
 
     def propose(self, space: DesignSpace, history: History, q: int, seed: int) -> torch.Tensor:
         check_q(q)
+        self.last_fit_s_ = 0.0
         n_init = self.n_init if self.n_init is not None else 2 * (space.dim + 1)
         if history.n < n_init:
             return SobolSearch().propose(space, history, min(q, n_init - history.n), seed)
