@@ -29,15 +29,19 @@ HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BA
 
 
 def resolve_uri(uri: Optional[str], cwd: Optional[str | Path] = None) -> str:
-    """The tracking URI of `tracking.uri`: None -> the sqlite file `mlflow.db` in `cwd`; a sqlite
-    path relative to `cwd` is made absolute. Raises ConfigError for a scheme MLflow does not store to."""
+    """The tracking URI of `tracking.uri`: None -> the environment's `MLFLOW_TRACKING_URI` when set
+    (MLflow's own convention), else the sqlite file `mlflow.db` in `cwd`; a sqlite path relative to
+    `cwd` is made absolute. Raises ConfigError for a scheme MLflow does not store to."""
     base = Path(cwd or os.getcwd()).resolve()
+    field = "tracking.uri"
     if uri is None or str(uri).strip() in ("", "null", "None"):
-        return f"sqlite:///{base / DEFAULT_DB}"
+        uri, field = os.environ.get("MLFLOW_TRACKING_URI", "").strip(), "MLFLOW_TRACKING_URI (environment)"
+        if not uri:
+            return f"sqlite:///{base / DEFAULT_DB}"
     uri = str(uri).strip()
     scheme = urlparse(uri).scheme
     if scheme not in URI_SCHEMES:
-        raise ConfigError(f"tracking.uri={uri!r} is invalid: allowed null (sqlite:///<cwd>/{DEFAULT_DB}), "
+        raise ConfigError(f"{field}={uri!r} is invalid: allowed null (sqlite:///<cwd>/{DEFAULT_DB}), "
                           f"sqlite:///<path>.db, file:///<dir>, http(s)://<host>:<port> of an mlflow server")
     if scheme == "sqlite":
         path = uri[len("sqlite:///"):]

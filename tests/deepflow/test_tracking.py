@@ -35,6 +35,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def test_unset_uri_follows_the_environment_like_mlflow(tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///elsewhere.db")
+    assert resolve_uri(None, tmp_path) == f"sqlite:///{tmp_path.resolve()}/elsewhere.db"
+    assert resolve_uri("http://127.0.0.1:5000", tmp_path) == "http://127.0.0.1:5000"  # the config wins
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "s3://bucket")
+    with pytest.raises(ConfigError, match="MLFLOW_TRACKING_URI"):
+        resolve_uri(None, tmp_path)
+
+
 def test_default_store_is_sqlite_in_the_working_directory(tmp_path):
     assert resolve_uri(None, tmp_path) == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
     assert resolve_uri("sqlite:///runs/m.db", tmp_path) == f"sqlite:///{tmp_path.resolve()}/runs/m.db"
