@@ -37,6 +37,7 @@ from analytical.step import StepResult
 
 SPACE_FORMAT_VERSION = 1
 PARQUET_SPACE_KEY = b"deepflow.space"
+CHIP_PREFIX = "chip_"  # samples columns of a derived chip (samples_frame)
 ENCODING_PREFIX = "u_"
 # StepResult dictionaries -> column name pattern of each entry
 BREAKDOWN_COLUMNS = {"time_breakdown_s": "time_{}_s", "memory_breakdown_bytes": "memory_{}_bytes",
@@ -277,13 +278,20 @@ def outputs_frame(result: StepResult) -> pd.DataFrame:
 
 def samples_frame(space: DesignSpace, u: torch.Tensor, result: StepResult) -> pd.DataFrame:
     """Design columns, `u_<name>` encodings (canonical points) and the analytical outputs of the
-    points `u` (`(n, d)`), plus the derived data-parallel degree `dp`."""
+    points `u` (`(n, d)`), plus the derived data-parallel degree `dp` and, for a space with a chip
+    template, what each design's chip derives to: `chip_<field>` for its accelerator fields (SI
+    units, e.g. `chip_peak_bf16_flops_per_s`, `chip_hbm_bw_bytes_per_s`) and operating point
+    (`chip_vdd_v`, `chip_clock_hz`, `chip_units_on_die`, ...)."""
     columns = DesignColumns.from_space(space)
     design = columns.frame(u)
     canonical = space.encode(space.decode(u)).numpy()
     encoding = pd.DataFrame(canonical, columns=[ENCODING_PREFIX + n for n in columns.names])
-    dp = pd.DataFrame({"dp": space.to_batch(u).dp.numpy()})
-    return pd.concat([design, encoding, dp, outputs_frame(result)], axis=1)
+    batch, derived = space.to_batch_and_chip(u)
+    extra = {"dp": batch.dp.detach().numpy()}
+    if derived is not None:
+        for group in (derived.accelerator, derived.operating):
+            extra.update({CHIP_PREFIX + k: v.detach().numpy() for k, v in group.items()})
+    return pd.concat([design, encoding, pd.DataFrame(extra), outputs_frame(result)], axis=1)
 
 
 def write_samples(df: pd.DataFrame, space: DesignSpace, path) -> None:

@@ -13,7 +13,7 @@ import torch
 from analytical.specs import SpecError
 from analytical.step import TIME_PARTS
 from deepflow.config import compose_config, space_from_config
-from surrogates.columns import (ENCODING_PREFIX, DesignColumns, ExtrapolationWarning, read_samples, samples_frame,
+from surrogates.columns import (CHIP_PREFIX, ENCODING_PREFIX, DesignColumns, ExtrapolationWarning, read_samples, samples_frame,
                                 space_from_dict, space_json, space_to_dict, template_design, write_samples)
 
 
@@ -44,6 +44,22 @@ def test_named_columns_encode_back_to_the_canonical_point(space, samples):
             assert set(df[p.name]) <= set(p.choices)
         elif p.kind in ("integer", "log2"):
             assert df[p.name].dtype == np.int64
+
+
+def test_samples_carry_the_derived_chip_of_a_chip_space(space, samples):
+    u, df = samples
+    chip_columns = [c for c in df.columns if c.startswith(CHIP_PREFIX)]
+    if space.chip is None:  # hardware-mapping: the accelerator is in the design columns
+        assert chip_columns == []
+        return
+    batch, derived = space.to_batch_and_chip(u)
+    for name in ("peak_bf16_flops_per_s", "hbm_bw_bytes_per_s", "hbm_bytes", "tdp_w", "vdd_v", "clock_hz"):
+        assert CHIP_PREFIX + name in chip_columns
+    built = derived.feasible.numpy()
+    assert built.any()
+    np.testing.assert_array_equal(df["chip_peak_bf16_flops_per_s"].to_numpy()[built],
+                                  batch.peak_bf16_flops_per_s.numpy()[built])
+    assert (df.loc[built, "chip_peak_bf16_flops_per_s"] > 0).all()
 
 
 def test_space_json_rebuilds_the_same_designs(space, samples):
