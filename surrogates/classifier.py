@@ -3,8 +3,11 @@
 A fused ensemble of M small MLP classifiers (`surrogates.fused.FusedMLP`, one logit each) trained
 together on binary cross-entropy, each member on its own shuffle, early-stopped per member on a
 validation split. The probability is the mean of the members' probabilities; their spread is the
-epistemic std. Inputs are standardized (stored in the state); training runs in float32, inputs and
-outputs are float64.
+epistemic std. Inputs: with `discrete_dims` discrete coordinates are snapped to their bin centres
+and with `one_hot_dims` categorical ones become indicator columns (`surrogates.inputs`, as in
+`MLPEnsemble`: feasibility, like the step time, is constant inside a bin), then standardized with
+the training split's mean and std (stored in the state; a column constant in training keeps unit
+scale). Training runs in float32, inputs and outputs are float64.
 
 scikit-learn style: `fit(X, y)` with `y: (n,)` in {0, 1} (bool or numbers, 1 = feasible),
 `predict_proba(X) -> (n,)` P(feasible), `predict(X) -> (n,)` bool (P >= threshold).
@@ -12,12 +15,15 @@ scikit-learn style: `fit(X, y)` with `y: (n,)` in {0, 1} (bool or numbers, 1 = f
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 from torch import nn
 
 from analytical.specs import SpecError
 from surrogates.base import DTYPE, BaseSurrogate, check_float, check_int, check_X, describe, seeded
 from surrogates.fused import FusedMLP, check_training_params, train_fused
+from surrogates.inputs import check_dims, encoded_width, one_hot, snap_to_bins
 
 
 def bce(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -37,12 +43,17 @@ class FeasibilityClassifier(BaseSurrogate):
         threshold: `predict` says feasible where P(feasible) >= threshold.
         predict_chunk: rows per forward call at predict.
         seed: initialisation, split and shuffles (private generator).
+        discrete_dims: `[column, cardinality]` pairs of discrete parameters (log2, integer,
+            categorical): the column is snapped to its bin centre before the network.
+        one_hot_dims: `[column, cardinality]` pairs of categorical parameters fed as `cardinality`
+            indicator columns instead of one ordinal coordinate.
     """
 
     def __init__(self, n_members: int = 5, hidden: tuple[int, ...] = (64, 64), activation: str = "silu",
                  lr: float = 3e-3, weight_decay: float = 1e-5, batch_size: int = 256, max_epochs: int = 100,
                  patience: int = 10, max_seconds: float | None = None, val_fraction: float = 0.1,
-                 threshold: float = 0.5, predict_chunk: int = 65536, seed: int = 0):
+                 threshold: float = 0.5, predict_chunk: int = 65536, seed: int = 0,
+                 discrete_dims: Sequence[Sequence[int]] = (), one_hot_dims: Sequence[Sequence[int]] = ()):
         self.n_members = n_members
         self.hidden = hidden
         self.activation = activation
@@ -56,6 +67,8 @@ class FeasibilityClassifier(BaseSurrogate):
         self.threshold = threshold
         self.predict_chunk = predict_chunk
         self.seed = seed
+        self.discrete_dims = discrete_dims
+        self.one_hot_dims = one_hot_dims
 
     def _validate_params(self) -> None:
         where = type(self).__name__
@@ -63,6 +76,13 @@ class FeasibilityClassifier(BaseSurrogate):
         check_float(self.threshold, where, "threshold", low_open=False, high=1.0)
         check_int(self.predict_chunk, where, "predict_chunk")
         check_int(self.seed, where, "seed", minimum=0)
+        self._discrete = check_dims(self.discrete_dims, where, "discrete_dims")
+        self._one_hot = check_dims(self.one_hot_dims, where, "one_hot_dims")
+
+    def _check_columns(self, d: int) -> None:
+        for name, dims in (("discrete_dims", self._discrete), ("one_hot_dims", self._one_hot)):
+            if any(column >= d for column, _ in dims):
+                raise SpecError(type(self).__name__, name, getattr(self, name), f"columns < d = {d}")
 
     # --- the classifier interface ---------------------------------------------------------------
     def fit(self, X: torch.Tensor, y: torch.Tensor) -> "FeasibilityClassifier":
@@ -99,6 +119,7 @@ class FeasibilityClassifier(BaseSurrogate):
     # --- hooks of BaseSurrogate -----------------------------------------------------------------
     def _fit(self, X: torch.Tensor, y: torch.Tensor) -> None:
         n, d = X.shape
+        self._check_columns(d)
         n_val = int(round(n * self.val_fraction))
         if n_val < 2 or n - n_val < 2:
             raise SpecError(f"{type(self).__name__}.fit", "X", f"{n} rows",
@@ -106,16 +127,22 @@ class FeasibilityClassifier(BaseSurrogate):
         gen = seeded(self.seed)
         perm = torch.randperm(n, generator=gen)
         train, val = perm[n_val:], perm[:n_val]
-        self.x_mean_, self.x_std_ = X[train].mean(0), X[train].std(0).clamp_min(1e-12)
+        E = self._encode(X)
+        std = E[train].std(0)
+        self.x_mean_, self.x_std_ = E[train].mean(0), torch.where(std > 1e-12, std, torch.ones_like(std))
         Xs = self._scale_x(X)
-        self.net_ = FusedMLP(self.n_members, d, self.hidden, 1, self.activation, generator=gen)
+        self.net_ = FusedMLP(self.n_members, Xs.shape[1], self.hidden, 1, self.activation, generator=gen)
         self.train_summary_ = train_fused(
             self.net_, Xs[train], y[train].float(), Xs[val], y[val].float(), bce, lr=self.lr,
             weight_decay=self.weight_decay, batch_size=self.batch_size, max_epochs=self.max_epochs,
             patience=self.patience, max_seconds=self.max_seconds, generator=gen)
 
+    def _encode(self, X: torch.Tensor) -> torch.Tensor:
+        """`X: n x d` -> `n x d'`: discrete columns snapped, categorical ones one-hot."""
+        return one_hot(snap_to_bins(X, self._discrete), self._one_hot)
+
     def _scale_x(self, X: torch.Tensor) -> torch.Tensor:
-        return ((X - self.x_mean_) / self.x_std_).float()
+        return ((self._encode(X) - self.x_mean_) / self.x_std_).float()
 
     @torch.no_grad()
     def _predict(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,6 +161,8 @@ class FeasibilityClassifier(BaseSurrogate):
 
     def _restore(self, state: dict[str, torch.Tensor]) -> None:
         self.x_mean_, self.x_std_ = state["x_mean"].to(DTYPE), state["x_std"].to(DTYPE)
-        self.net_ = FusedMLP(self.n_members, self.n_features_in_, self.hidden, 1, self.activation)
+        self._check_columns(self.n_features_in_)
+        width = encoded_width(self.n_features_in_, self._one_hot)
+        self.net_ = FusedMLP(self.n_members, width, self.hidden, 1, self.activation)
         self.net_.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("net.")})
         self.net_.eval()

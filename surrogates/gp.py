@@ -16,6 +16,11 @@ default the GP models `Y` as given. With `log_targets=True` the caller passes po
 analytical labels are deterministic, but the learned noise absorbs what a smooth kernel cannot
 explain (discrete mapping jumps), and leaving it out would make the intervals too narrow.
 
+Inputs: with `discrete_dims` the coordinates of discrete parameters (log2, integer, categorical)
+are snapped to their bin centres (`surrogates.inputs.snap_to_bins`) before the BoTorch model, at
+fit and at predict: the analytical model is constant inside a bin, and a categorical kernel
+(`cat_dims`) needs each category as one value. `train_X_` keeps the inputs as given.
+
 Everything runs in float64. Exact solves (Cholesky) are used up to `max_cholesky_size` samples.
 """
 
@@ -34,6 +39,7 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from analytical.specs import SpecError
 from surrogates.base import DTYPE, BaseSurrogate, check_int
+from surrogates.inputs import check_dims, snap_to_bins
 
 MAX_CHOLESKY_SIZE = 20_000  # gpytorch's default (800) switches to iterative solves; we want exact ones
 
@@ -48,15 +54,18 @@ class ExactGP(BaseSurrogate):
         max_iter: L-BFGS-B iterations of the hyper-parameter fit.
         predict_chunk: test points per posterior call (bounds memory at `predict_chunk x n`).
         seed: seeds the fit's random restarts (the global RNG is restored afterwards).
+        discrete_dims: `[column, cardinality]` pairs of discrete parameters: the column is snapped
+            to its bin centre before the model (categorical ones too: they are discrete).
     """
 
     def __init__(self, cat_dims: Sequence[int] = (), log_targets: bool = False, max_iter: int = 200,
-                 predict_chunk: int = 2048, seed: int = 0):
+                 predict_chunk: int = 2048, seed: int = 0, discrete_dims: Sequence[Sequence[int]] = ()):
         self.cat_dims = list(cat_dims)
         self.log_targets = log_targets
         self.max_iter = max_iter
         self.predict_chunk = predict_chunk
         self.seed = seed
+        self.discrete_dims = discrete_dims
 
     def _validate_params(self) -> None:
         where = type(self).__name__
@@ -70,9 +79,18 @@ class ExactGP(BaseSurrogate):
         check_int(self.max_iter, where, "max_iter")
         check_int(self.predict_chunk, where, "predict_chunk")
         check_int(self.seed, where, "seed", minimum=0)
+        self._discrete = check_dims(self.discrete_dims, where, "discrete_dims")
+
+    def _check_columns(self, d: int) -> None:
+        if any(i >= d for i in self.cat_dims):
+            raise SpecError(type(self).__name__, "cat_dims", self.cat_dims, f"indices < d = {d}")
+        if any(column >= d for column, _ in self._discrete):
+            raise SpecError(type(self).__name__, "discrete_dims", self.discrete_dims, f"columns < d = {d}")
 
     # --- model construction (also used by load) -------------------------------------------------
     def _build(self, X: torch.Tensor, Y: torch.Tensor):
+        """The BoTorch model on the training data (`X` as given: snapped here)."""
+        X = snap_to_bins(X, self._discrete)
         d, t = X.shape[1], Y.shape[1]
         outcome = Standardize(m=t)
         if self.log_targets:
@@ -85,9 +103,7 @@ class ExactGP(BaseSurrogate):
         return SingleTaskGP(X, Y, input_transform=Normalize(d=d), outcome_transform=outcome)
 
     def _fit(self, X: torch.Tensor, Y: torch.Tensor) -> None:
-        bad = [i for i in self.cat_dims if i >= X.shape[1]]
-        if bad:
-            raise SpecError(type(self).__name__, "cat_dims", self.cat_dims, f"indices < d = {X.shape[1]}")
+        self._check_columns(X.shape[1])
         if X.shape[0] > MAX_CHOLESKY_SIZE:
             raise SpecError(f"{type(self).__name__}.fit", "X", f"{X.shape[0]} rows",
                             f"at most {MAX_CHOLESKY_SIZE} rows for an exact GP (use SVGP or MLPEnsemble)")
@@ -103,6 +119,7 @@ class ExactGP(BaseSurrogate):
         self.train_X_, self.train_Y_ = X, Y
 
     def _predict(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        X = snap_to_bins(X, self._discrete)
         means, stds = [], []
         with torch.no_grad(), gpytorch.settings.max_cholesky_size(MAX_CHOLESKY_SIZE):
             for start in range(0, X.shape[0], self.predict_chunk):
@@ -119,6 +136,7 @@ class ExactGP(BaseSurrogate):
 
     def _restore(self, state: dict[str, torch.Tensor]) -> None:
         X, Y = state["train_X"].to(DTYPE), state["train_Y"].to(DTYPE)
+        self._check_columns(self.n_features_in_)
         model = self._build(X, Y)
         model.load_state_dict({k[len("model."):]: v for k, v in state.items() if k.startswith("model.")})
         model.eval()

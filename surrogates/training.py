@@ -66,27 +66,38 @@ def make_surrogate(name: str, params: Mapping[str, Any], columns: DesignColumns,
     if unknown:
         raise SpecError(f"surrogate[{name}]", unknown[0], params[unknown[0]],
                         "one of " + ", ".join(p for p in accepted if p != "self"))
+    return cls(**fill_input_dims(params, accepted, columns))
+
+
+def fill_input_dims(params: dict[str, Any], accepted: Mapping[str, Any], columns: DesignColumns) -> dict[str, Any]:
+    """`params` with the input encodings a model accepts (by its signature) and was not given,
+    read from the space: `cat_dims` (categorical columns), `discrete_dims` (`[column, cardinality]`
+    of every discrete parameter: snapped to bin centres) and `one_hot_dims` (categoricals)."""
     if "cat_dims" in accepted and "cat_dims" not in params:
         params["cat_dims"] = [i for i, p in enumerate(columns.parameters) if p.kind == "categorical"]
-    # [column, cardinality] pairs: discrete coordinates snapped to bin centres, categoricals one-hot
     if "discrete_dims" in accepted and "discrete_dims" not in params:
         params["discrete_dims"] = [[i, int(p.cardinality)] for i, p in enumerate(columns.parameters)
                                    if 2 <= p.cardinality < math.inf]
     if "one_hot_dims" in accepted and "one_hot_dims" not in params:
         params["one_hot_dims"] = [[i, len(p.choices)] for i, p in enumerate(columns.parameters)
                                   if p.kind == "categorical" and len(p.choices) >= 2]
-    return cls(**params)
+    return params
 
 
-def make_classifier(params: Optional[Mapping[str, Any]] = None, seed: Optional[int] = None):
-    """The feasibility classifier of `surrogates.classifier`, or None when the package has none."""
+def make_classifier(params: Optional[Mapping[str, Any]] = None, seed: Optional[int] = None,
+                    columns: Optional[DesignColumns] = None):
+    """The feasibility classifier of `surrogates.classifier`, or None when the package has none;
+    with `columns` it gets the space's input encodings (`fill_input_dims`)."""
     try:
         cls = import_class(CLASSIFIER)
     except (ImportError, AttributeError):
         return None
     params = {k: tuple(v) if isinstance(v, list) else v for k, v in dict(params or {}).items()}
-    if seed is not None and "seed" in inspect.signature(cls.__init__).parameters:
+    accepted = inspect.signature(cls.__init__).parameters
+    if seed is not None and "seed" in accepted:
         params.setdefault("seed", seed)
+    if columns is not None:
+        params = fill_input_dims(params, accepted, columns)
     return cls(**params)
 
 
@@ -295,7 +306,7 @@ def train_surrogate(samples: pd.DataFrame, space: Mapping[str, Any], surrogate: 
     clf = None
     clf_s = 0.0
     if classifier is not None:
-        clf = make_classifier(classifier, seed)
+        clf = make_classifier(classifier, seed, columns)
         clf_rows = np.flatnonzero(splits.train)
         labels = samples["feasible"].to_numpy(dtype=bool)[clf_rows]
         if clf is not None and 0 < labels.sum() < labels.size:

@@ -1,5 +1,6 @@
 """Exact GP (BoTorch SingleTaskGP / MixedSingleTaskGP): recovers a known function with sensible
-uncertainty, its transforms invert, and it survives a save/load round trip."""
+uncertainty, its transforms invert, it snaps discrete inputs to their bins, and it survives a
+save/load round trip."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from botorch.models import MixedSingleTaskGP, SingleTaskGP
 from analytical.specs import SpecError
 from surrogates.base import STATE_FILE
 from surrogates.gp import ExactGP
+from surrogates.inputs import snap_to_bins
 from surrogates.metrics import coverage
 
 
@@ -87,3 +89,38 @@ def test_save_load_round_trip(fitted, data, tmp_path):
     assert torch.allclose(mean2, mean, rtol=0, atol=1e-9) and torch.allclose(std2, std, rtol=0, atol=1e-9)
     with pytest.raises(SpecError, match=r"ExactGP\.predict\.X = .*3 columns"):
         loaded.predict(torch.rand(2, 4, dtype=torch.float64))
+
+
+def test_discrete_dims_snap_inputs_for_a_mixed_model_and_survive_save_load(tmp_path):
+    """Column 0 a categorical with 4 unordered codes, column 1 3 ordered bins, given as raw cube
+    coordinates (within-bin offsets): snapped, the categorical kernel sees 4 categories, not one per row."""
+    gen = torch.Generator().manual_seed(0)
+    X, X_test = torch.rand(80, 3, generator=gen, dtype=torch.float64), torch.rand(200, 3, generator=gen,
+                                                                                  dtype=torch.float64)
+
+    def f(X):
+        cat, level = torch.floor(X[:, 0] * 4).long(), torch.floor(X[:, 1] * 3)
+        return (torch.tensor([0.0, 1.5, -1.0, 0.5], dtype=X.dtype)[cat] + 0.5 * level
+                + torch.sin(3 * X[:, 2])).unsqueeze(-1)
+
+    dims = [[0, 4], [1, 3]]
+    model = ExactGP(cat_dims=[0], discrete_dims=dims, max_iter=60).fit(X, f(X))
+    assert isinstance(model.model_, MixedSingleTaskGP) and torch.equal(model.train_X_, X)  # kept as given
+    same_bins = X_test.clone()
+    same_bins[:, :2] = snap_to_bins(X_test, dims)[:, :2]
+    mean, std = model.predict(X_test, return_std=True)
+    assert torch.equal(model.predict(same_bins), mean)  # within-bin offsets are ignored
+    assert ((mean - f(X_test)) ** 2).mean().sqrt() < 0.05 * f(X_test).std()
+    loaded = ExactGP.load(model.save(tmp_path))
+    assert loaded.discrete_dims == dims
+    mean2, std2 = loaded.predict(X_test, return_std=True)
+    assert torch.allclose(mean2, mean, rtol=0, atol=1e-9) and torch.allclose(std2, std, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("dims", [[[0, 1]], [[-1, 3]], [[0, 3], [0, 4]], [3], "0,3", [[0.5, 3]]])
+def test_bad_discrete_dims_are_named(dims):
+    X, Y = torch.rand(10, 2, dtype=torch.float64), torch.rand(10, 1, dtype=torch.float64)
+    with pytest.raises(SpecError, match=r"ExactGP\.discrete_dims"):
+        ExactGP(discrete_dims=dims).fit(X, Y)
+    with pytest.raises(SpecError, match=r"ExactGP\.discrete_dims = .*columns < d = 2"):
+        ExactGP(discrete_dims=[[2, 3]]).fit(X, Y)
