@@ -138,3 +138,84 @@ def test_surrogate_prior_mean_warm_starts_the_gp():
         with torch.no_grad():
             errors[prior is None] = float((model.posterior(test).mean[:, 0] - branin(test)).abs().mean())
     assert errors[False] < 0.1 * errors[True]
+
+
+def test_hamming_kernel_and_mixed_kernel_match_botorch():
+    from botorch.models import MixedSingleTaskGP, SingleTaskGP
+    from botorch.models.kernels.categorical import CategoricalKernel
+
+    from deepflow.strategies.bo import HammingKernel, mixed_kernel
+
+    torch.manual_seed(0)
+    a, b = CategoricalKernel(ard_num_dims=3).double(), HammingKernel(ard_num_dims=3).double()
+    for k in (a, b):
+        k.lengthscale = torch.tensor([[0.4, 1.0, 3.0]], dtype=torch.float64)
+    x1, x2 = torch.randint(0, 3, (2, 7, 3)).double(), torch.randint(0, 3, (5, 3)).double()
+    assert torch.allclose(a.forward(x1, x2), b.forward(x1, x2), rtol=0, atol=1e-14)
+    assert torch.allclose(a.forward(x1, x1, diag=True), b.forward(x1, x1, diag=True), rtol=0, atol=1e-14)
+    grads = [torch.autograd.grad(k.forward(x2, x2).sum(), k.raw_lengthscale)[0] for k in (a, b)]
+    assert torch.allclose(*grads, rtol=1e-12, atol=1e-14) and float(grads[0].abs().sum()) > 0
+    # the whole mixed kernel: MixedSingleTaskGP's, parameter for parameter
+    X = torch.rand(20, 5, dtype=torch.float64)
+    X[:, [1, 3]] = (torch.randint(0, 3, (20, 2)).double() + 0.5) / 3
+    Y = torch.randn(20, 1, dtype=torch.float64)
+    ref, fast = MixedSingleTaskGP(X, Y, cat_dims=[1, 3]), SingleTaskGP(X, Y, covar_module=mixed_kernel(5, [1, 3]))
+    assert [n for n, _ in ref.named_parameters()] == [n for n, _ in fast.named_parameters()]
+    with torch.no_grad():
+        for (_, p), (_, q) in zip(ref.named_parameters(), fast.named_parameters()):
+            value = torch.randn_like(p)
+            p.copy_(value)
+            q.copy_(value)
+        Z = torch.rand(6, 5, dtype=torch.float64)
+        assert torch.allclose(ref.covar_module(Z, X).to_dense(), fast.covar_module(Z, X).to_dense(), atol=1e-12)
+
+
+def test_warm_start_starts_from_the_previous_fit_and_a_fresh_strategy_still_proposes():
+    from gpytorch.mlls import ExactMarginalLogLikelihood
+
+    space, objective = small_mapping_space(), make_objective("step_time")
+    history = run(space, objective, make_strategy("random"), 30, q=30, seed=3)
+
+    def mll(model):
+        gp = model.models[0]
+        gp.train()
+        with torch.no_grad():
+            value = float(ExactMarginalLogLikelihood(gp.likelihood, gp)(gp(*gp.train_inputs), gp.train_targets))
+        gp.eval()
+        return value
+
+    warm = make_strategy("bo", n_init=6, warm_start=True, fit_maxiter_warm=1)
+    first = mll(warm.fit(space, history.slice(29))[0])  # 75 iterations from the default init, stored
+    assert {key[1:] for key in warm._hyperparameters} == {("objective", 0), ("constraint", 0)}
+    again = mll(warm.fit(space, history.slice(29))[0])  # one iteration from the stored optimum
+    cold = make_strategy("bo", n_init=6, fit_maxiter=1)  # the default: no warm start
+    assert again >= first - 1e-6 > mll(cold.fit(space, history.slice(29))[0]) + 0.05
+    assert not cold._hyperparameters
+    for strategy in (warm, make_strategy("bo", n_init=6)):  # warm-started, and fresh (e.g. a resumed run)
+        X = strategy.propose(space, history, 2, 5)
+        keys = design_keys(space, X)
+        assert X.shape == (2, space.dim) and len(set(keys)) == 2 and not set(keys) & set(design_keys(space, history.X))
+        assert bool(space.known_feasible(X).all())
+    with pytest.raises(SpecError, match=r"strategy\[bo\]\.warm_start"):
+        make_strategy("bo", warm_start="yes")
+
+
+def test_pruned_screen_keeps_the_same_choices_as_scoring_every_choice(monkeypatch):
+    from deepflow.strategies import bo
+
+    monkeypatch.setattr(bo, "SCREEN_BLOCK", 16)  # blocks of 16 choices, so that pruning happens here
+    space, objective = small_mapping_space(), make_objective("step_time")
+    history = run(space, objective, make_strategy("random"), 40, q=40, seed=4)
+    strategy = make_strategy("bo", n_init=6, screen=16)
+    acqf = strategy.acquisition(space, history, 0)
+    choices = strategy._discrete_choices(space)
+    kept = strategy._screen(acqf, choices)
+    assert strategy._cons and strategy.last_screen_constraint_rows_ < choices.shape[0]
+    with torch.no_grad():  # every choice scored in full
+        stats = [bo.marginals(gp, choices) for gp in acqf.model.models]
+        mean = torch.stack([s[0] for s in stats], -1)
+        std = torch.stack([s[1] for s in stats], -1).clamp_min(1e-12).sqrt()
+        score = bo.log_ei((strategy._best - mean[:, 0]) / std[:, 0]) + torch.log(std[:, 0])
+        for j in strategy._cons:
+            score = score + torch.special.log_ndtr(-mean[:, j] / std[:, j])
+    assert set(kept.tolist()) == set(torch.topk(score, 16).indices.tolist())
