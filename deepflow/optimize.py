@@ -29,6 +29,7 @@ params, the never-raising sink), `best_design` (the best design's values and chi
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import sys
@@ -175,6 +176,8 @@ def _warm_start(job: Job, store: RunStore, quiet: bool):
     if not samples:
         return None
     from surrogates import load_surrogate, model_class
+    from surrogates.columns import DesignColumns
+    from surrogates.training import fill_input_dims
 
     directory = store.directory / "surrogate"
     if (directory / "config.json").is_file():
@@ -183,9 +186,9 @@ def _warm_start(job: Job, store: RunStore, quiet: bool):
     X = job.space.sample(samples, method="sobol", seed=job.seed + 7919)
     Y, feasible, _, result = job.objective.evaluate(job.space, X)
     cls = model_class(job.warm_start.get("model"))
-    params = dict(job.warm_start.get("params") or {})
-    if "cat_dims" in cls.__init__.__code__.co_varnames and "cat_dims" not in params:
-        params["cat_dims"] = [i for i, p in enumerate(job.space.parameters) if p.kind == "categorical"]
+    # the input encodings of the space (snapped bins, one-hot categoricals, ...), as training gives them
+    params = fill_input_dims(dict(job.warm_start.get("params") or {}), inspect.signature(cls.__init__).parameters,
+                             DesignColumns(job.space.parameters))
     rows = feasible if int(feasible.sum()) >= 2 else torch.ones_like(feasible)
     model = cls(**params).fit(X[rows], Y[rows])
     model.save(directory)

@@ -72,7 +72,8 @@ def make_surrogate(name: str, params: Mapping[str, Any], columns: DesignColumns,
 def fill_input_dims(params: dict[str, Any], accepted: Mapping[str, Any], columns: DesignColumns) -> dict[str, Any]:
     """`params` with the input encodings a model accepts (by its signature) and was not given,
     read from the space: `cat_dims` (categorical columns), `discrete_dims` (`[column, cardinality]`
-    of every discrete parameter: snapped to bin centres) and `one_hot_dims` (categoricals)."""
+    of every discrete parameter: snapped to bin centres), `one_hot_dims` (categoricals) and
+    `log_features` (logs of the chip budgets and split fractions, `ensemble.log_features_of`)."""
     if "cat_dims" in accepted and "cat_dims" not in params:
         params["cat_dims"] = [i for i, p in enumerate(columns.parameters) if p.kind == "categorical"]
     if "discrete_dims" in accepted and "discrete_dims" not in params:
@@ -81,6 +82,10 @@ def fill_input_dims(params: dict[str, Any], accepted: Mapping[str, Any], columns
     if "one_hot_dims" in accepted and "one_hot_dims" not in params:
         params["one_hot_dims"] = [[i, len(p.choices)] for i, p in enumerate(columns.parameters)
                                   if p.kind == "categorical" and len(p.choices) >= 2]
+    if "log_features" in accepted and "log_features" not in params:
+        from surrogates.ensemble import log_features_of
+
+        params["log_features"] = log_features_of(columns.parameters)
     return params
 
 

@@ -118,21 +118,27 @@ def make_model(kind: str, n: int, d: int, cat_dims: list[int], budget_s: float, 
 
         # categorical columns as ordered bin centres (a SingleTaskGP): the MixedSingleTaskGP's
         # kernel over a dozen categoricals fits ~10x slower; --gp-mixed uses it
-        return ExactGP(cat_dims=cat_dims)
+        return ExactGP(cat_dims=cat_dims, discrete_dims=input_dims(space)[0] if space is not None else [])
     if kind == "svgp":
         from surrogates.svgp import SVGP
 
+        discrete, categorical = input_dims(space) if space is not None else ([], [])
         return SVGP(num_inducing=512, epochs=max(10, min(200, 3_000_000 // n)), batch_size=1024, lr=0.02,
-                    max_seconds=budget_s)
+                    max_seconds=budget_s, discrete_dims=discrete, one_hot_dims=categorical)
     if kind == "ensemble":
-        from surrogates.ensemble import MLPEnsemble
+        from surrogates.ensemble import MLPEnsemble, log_features_of
 
         # discrete coordinates snapped to their bin centres and categoricals one-hot: on the joint
-        # space this cut the step-time MAPE from 0.31 to 0.09 at 20k rows (surrogates/inputs.py)
+        # space this cut the step-time MAPE from 0.31 to 0.09 at 20k rows (surrogates/inputs.py);
+        # log budgets and implied split fractions as extra inputs (surrogates/ensemble.py)
         discrete, categorical = input_dims(space) if space is not None else ([], [])
-        return MLPEnsemble(n_members=5, hidden=(128, 128, 128), batch_size=512 if n >= 50_000 else 256,
-                           max_epochs=300 if n < 50_000 else 100, patience=20, max_seconds=budget_s,
-                           discrete_dims=discrete, one_hot_dims=categorical)
+        log_features = log_features_of(space.parameters) if space is not None else []
+        # the class defaults (3 members, Laplace NLL, lr 5e-3: surrogates/ensemble.py); 500 epochs at
+        # 1e5 rows, so that the time budget, not the epoch cap, ends the fit (300 epochs ended one at
+        # 420 s of a 480 s budget)
+        return MLPEnsemble(batch_size=512 if n >= 50_000 else 256, max_epochs=500 if n >= 50_000 else 300,
+                           max_seconds=budget_s,
+                           discrete_dims=discrete, one_hot_dims=categorical, log_features=log_features)
     raise ValueError(kind)
 
 
@@ -209,7 +215,9 @@ def main() -> None:
             for n in args.sizes:
                 X, y = data["X_clf"][:n], data["y_clf"][:n]
                 start = time.perf_counter()
-                clf = FeasibilityClassifier(max_seconds=args.budget_s).fit(X, y)
+                discrete, categorical = input_dims(space)
+                clf = FeasibilityClassifier(max_seconds=args.budget_s, discrete_dims=discrete,
+                                            one_hot_dims=categorical).fit(X, y)
                 fit_s = time.perf_counter() - start
                 row = {"train_s": fit_s, "epochs": clf.train_summary_["epochs"]}
                 for split, (Xs, ys) in {"random": ("X_clf_test", "y_clf_test"),

@@ -8,7 +8,8 @@ import torch
 
 from analytical.specs import SpecError
 from surrogates.base import STATE_FILE
-from surrogates.ensemble import MLPEnsemble, beta_nll, gaussian_heads, mix
+from surrogates.ensemble import (LOG_FEATURE_FLOOR, MLPEnsemble, beta_nll, check_log_features, gaussian_heads,
+                                 laplace_nll, log_affine, log_features_of, member_moments, mix)
 from surrogates.fused import FusedMLP, member_batches
 from surrogates.inputs import encoded_width, one_hot, snap_to_bins
 from surrogates.metrics import coverage
@@ -81,6 +82,34 @@ def test_beta_nll_is_the_gaussian_nll_at_beta_zero():
     expected = -torch.distributions.Normal(0.5, var.sqrt()).log_prob(y) - 0.5 * torch.log(torch.tensor(2 * torch.pi))
     assert beta_nll(out, y, 0.0).item() == pytest.approx(expected.item(), rel=1e-5)
     assert beta_nll(out, y, 0.5).item() == pytest.approx(expected.item() * var.sqrt().item(), rel=1e-5)
+
+
+def test_laplace_nll_and_moments():
+    out = torch.tensor([[[0.5, 0.3]]])  # location 0.5, softplus(0.3) scale
+    y = torch.tensor([[[1.5]]])
+    loc, var = member_moments(out, 1, "laplace")
+    b = torch.nn.functional.softplus(torch.tensor(0.3)).item()
+    expected = -torch.distributions.Laplace(0.5, b).log_prob(y)
+    assert laplace_nll(out, y, 0.0).item() == pytest.approx(expected.item(), rel=1e-5)
+    assert laplace_nll(out, y, 0.5).item() == pytest.approx(expected.item() * (2 * b * b) ** 0.5, rel=1e-4)
+    assert loc.item() == 0.5 and var.item() == pytest.approx(2 * b * b, rel=1e-5)  # a Laplace's variance
+    assert torch.equal(member_moments(out, 1, "gaussian")[1], gaussian_heads(out, 1)[1])
+
+
+def test_gaussian_likelihood_fits_too_loads_back_and_bad_likelihood_is_named(data, tmp_path):
+    X, Y, X_test, Y_test = data
+    model = MLPEnsemble(**SMALL, likelihood="gaussian", beta=0.5).fit(X, Y)
+    mean, std = model.predict(X_test, return_std=True)
+    assert (((mean - Y_test) ** 2).mean(0).sqrt() < 0.15 * Y_test.std(0)).all()
+    assert (coverage(Y_test, mean, std) > 0.8).all()
+    assert MLPEnsemble.load(model.save(tmp_path / "g")).likelihood == "gaussian"
+    state = torch.load(tmp_path / "g" / STATE_FILE, weights_only=True)
+    del state["likelihood"]  # a model saved before the option existed: Gaussian, whatever the default
+    torch.save(state, tmp_path / "g" / STATE_FILE)
+    old = MLPEnsemble.load(tmp_path / "g")
+    assert old.likelihood == "gaussian" and torch.equal(old.predict(X_test, return_std=True)[1], std)
+    with pytest.raises(SpecError, match=r"MLPEnsemble\.likelihood = 'normal'"):
+        MLPEnsemble(likelihood="normal").fit(X, Y)
 
 
 def test_same_seed_same_model(data):
@@ -157,3 +186,52 @@ def test_bad_dims_are_named(dims):
         MLPEnsemble(one_hot_dims=dims).fit(torch.rand(50, 2, dtype=torch.float64), torch.rand(50, 1, dtype=torch.float64))
     with pytest.raises(SpecError, match=r"MLPEnsemble\.discrete_dims = .*columns < d = 2"):
         MLPEnsemble(discrete_dims=[[2, 3]]).fit(torch.rand(50, 2, dtype=torch.float64), torch.rand(50, 1, dtype=torch.float64))
+
+
+def test_log_features_of_a_space_are_its_budgets_and_implied_splits():
+    from analytical.space import Parameter
+
+    params = [Parameter("tp", "log2", 1, 8), Parameter("power_budget_w", "continuous", 300, 1200),
+              Parameter("power_compute_fraction", "continuous", 0.5, 0.9),
+              Parameter("power_memory_fraction", "continuous", 0.05, 0.4),
+              Parameter("die_area_mm2", "continuous", 300, 858, log=True)]  # already log in u: no feature
+    features = log_features_of(params)
+    assert len(features) == 4  # power budget, two fractions, the implied power_network_fraction
+    U = torch.tensor([[0.5, 0.25, 0.5, 0.0, 0.3], [0.5, 1.0, 1.0, 1.0, 0.3]], dtype=torch.float64)
+    values = log_affine(U, check_log_features(features, "t", "log_features")).exp()
+    assert torch.allclose(values[0], torch.tensor([525.0, 0.7, 0.05, 1 - 0.7 - 0.05], dtype=torch.float64))
+    assert values[1, 3].item() == pytest.approx(LOG_FEATURE_FLOOR)  # 1 - 0.9 - 0.4 < 0: floored
+
+
+def test_log_features_widen_the_input_and_survive_save_load(data, tmp_path):
+    X, Y, X_test, _ = data
+    features = [[0.1, [[0, 1.0]]], [1.0, [[0, -0.5], [2, -0.4]]]]
+    model = MLPEnsemble(n_members=2, hidden=(8,), max_epochs=3, log_features=features).fit(X, Y)
+    assert tuple(model.net_.weights[0].shape) == (2, 5, 8)  # 3 columns + 2 log features
+    loaded = MLPEnsemble.load(model.save(tmp_path))
+    assert torch.equal(loaded.predict(X_test), model.predict(X_test))
+    for bad in ([[0.1, [[5, 1.0]]]], [[0.1, [[0, "x"]]]], [0.1], "log"):
+        with pytest.raises(SpecError, match=r"MLPEnsemble\.log_features"):
+            MLPEnsemble(log_features=bad).fit(X, Y)
+
+
+def test_training_gives_the_ensemble_the_log_features_of_the_space():
+    from analytical.space import Parameter
+    from surrogates.columns import DesignColumns
+    from surrogates.training import make_surrogate
+
+    params = [Parameter("tp", "log2", 1, 8), Parameter("power_budget_w", "continuous", 300, 1200)]
+    model = make_surrogate("mlp_ensemble", {}, DesignColumns(params))
+    assert model.log_features == log_features_of(params) and len(model.log_features) == 1
+    assert make_surrogate("mlp_ensemble", {"log_features": []}, DesignColumns(params)).log_features == ()
+
+
+def test_a_column_constant_in_training_keeps_unit_scale():
+    # category 3 of column 0 never appears in training: its one-hot column is constant (all 0)
+    X = torch.rand(200, 2, dtype=torch.float64) * torch.tensor([0.74, 1.0], dtype=torch.float64)
+    Y = X.sum(-1, keepdim=True)
+    model = MLPEnsemble(n_members=2, hidden=(8,), max_epochs=3, one_hot_dims=[[0, 4]]).fit(X, Y)
+    assert float(model.x_std_.min()) == 1.0 or float(model.x_std_.min()) > 1e-3
+    unseen = torch.tensor([[0.9, 0.5]], dtype=torch.float64)
+    mean, std = model.predict(unseen, return_std=True)
+    assert torch.isfinite(mean).all() and float(mean.abs().max()) < 1e3
