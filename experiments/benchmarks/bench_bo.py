@@ -15,12 +15,16 @@ Spaces (ground truth: every known-feasible point evaluated in one batched pass):
 Single objective: log step time; regret of a run after n evaluations = best feasible time found /
 optimal time - 1. Reported: evaluations to reach 1 % and 0.1 % regret (median over seeds; a run that
 never reaches it within its budget counts as infinite, so a median can be null: see *_reached).
-Pareto case: time and energy per step on `mapping` (objective time_energy), the fraction of the
-true front's hypervolume (logs; reference point = the front's nadir + 10 % of its range, at least
-0.01) that the feasible evaluations reach after 50/100/200/300 evaluations. On both spaces here the
-true time-energy front is ONE design (the fastest mapping also spends the least energy per step:
-no accelerator power trade-off without the chip derivation), so this case degenerates to finding
-that design; a chip-derived space is needed for a real front.
+Pareto case: time and energy per step (objective time_energy) on `pareto-chip`
+(experiments/benchmarks/pareto_space.py: Llama-3 70B on 1024 devices, every point deriving its
+chip from a 300-1200 W power budget and its compute / memory split, the die's compute share,
+FLOP/clk per unit, the scale-up domain and tp, pp, micro-batch, recompute; 202,176 known-feasible
+points, a true front of 23 designs), the fraction of the true front's hypervolume (logs; reference
+point = the front's nadir + 10 % of its range, at least 0.01) that the feasible evaluations reach
+after 50/100/200/300 evaluations: BO (qLogNEHVI with that reference point), random and evolution
+(NSGA-II for two objectives). `--pareto-space mapping` runs it on a fixed-chip space instead, where
+the front is ONE design (the fastest mapping also spends the least energy per step).
+`--pareto-only` runs just this case.
 
 `bo_iteration_overhead_s`: median wall time of one BO proposal (GP fits + acquisition) over the
 last proposals of each BO run (n <= the BO budget), on 1 torch thread; `bo_iteration_overhead_s_n500`:
@@ -39,7 +43,7 @@ import os
 import statistics
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 
 import torch
 
@@ -50,6 +54,7 @@ from deepflow.objectives import make_objective
 from deepflow.presets import load_preset
 from deepflow.strategies import make_strategy
 from deepflow.strategies.bo import enumerate_space
+from pareto_space import pareto_space
 
 MAPPING_PARAMS = (
     Parameter("tp", "log2", 1, 64), Parameter("pp", "log2", 1, 64), Parameter("cp", "log2", 1, 16),
@@ -179,11 +184,24 @@ def bo_job(job: dict) -> dict:
 
 def run_jobs(fn, jobs: list[dict], workers: int) -> list:
     """`fn(job)` for every job, in `workers` processes (spawned, one torch thread each) or inline."""
+    results: list = [None] * len(jobs)
+
+    def done(count: int, i: int) -> None:  # progress, so that a killed run still says something
+        label = " ".join(f"{k}={jobs[i][k]}" for k in ("space", "experiment", "strategy", "seed") if k in jobs[i])
+        print(f"    [{count}/{len(jobs)}] {label}: {results[i]}", flush=True)
+
     if workers <= 1:
-        return [fn(job) for job in jobs]
+        for i, job in enumerate(jobs):
+            results[i] = fn(job)
+            done(i + 1, i)
+        return results
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker) as pool:
-        return list(pool.map(fn, jobs))
+        futures = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
+        for count, future in enumerate(as_completed(futures), 1):
+            results[futures[future]] = future.result()
+            done(count, futures[future])
+    return results
 
 
 def init_worker() -> None:
@@ -232,14 +250,19 @@ def single_objective(name: str, space: DesignSpace, args, out: dict, overheads: 
               f"(reached {out[f'{name}_{strat}_reached_1pct']}/{args.seeds})", flush=True)
 
 
+def pareto_spaces() -> dict[str, DesignSpace]:
+    """Spaces of the Pareto case: the chip-derived `pareto-chip` and the fixed-chip ones (one-design fronts)."""
+    return {"pareto-chip": pareto_space(), **spaces()}
+
+
 def pareto_job(job: dict) -> dict:
     """One (strategy, seed) run of the Pareto case in a worker: hypervolume fraction at each mark."""
-    space = spaces()[job["space"]]
+    space = pareto_spaces()[job["space"]]
     objective = make_objective("time_energy")
     strat, ref = job["strategy"], torch.tensor(job["ref"], dtype=torch.float64)
     kwargs = BO_PARAMS | {"n_init": job["n_init"], "ref_point": job["ref"]} if strat == "bo" else {}
     h = run_until(space, objective, make_strategy(strat, **kwargs), job["budget"],
-                  1 if strat in ("bo", "evolution") else 100, job["seed"])
+                  1 if strat in ("bo", "evolution", "nsga2") else 100, job["seed"])
     fractions = {}
     for m in job["marks"]:
         part = h.slice(m)
@@ -254,14 +277,24 @@ def pareto(space_name: str, space: DesignSpace, args, out: dict) -> None:
     # nadir + 10 % of the range (at least 0.01 in log units: a one-point front has no range)
     ref = F.max(0).values + (0.1 * (F.max(0).values - F.min(0).values)).clamp_min(0.01)
     hv_true = hypervolume_2d(F, ref)
-    print(f"[pareto] true front {F.shape[0]} points, hypervolume {hv_true:.4g}", flush=True)
+    print(f"[pareto] {space_name}: grid {truth['num_grid']:,}, known-feasible {truth['num_known_feasible']:,}, "
+          f"feasible {truth['num_feasible']:,}; true front {F.shape[0]} points, step time "
+          f"{math.exp(F[:, 0].min()):.3f}-{math.exp(F[:, 0].max()):.3f} s, energy {math.exp(F[:, 1].min()):.4g}-"
+          f"{math.exp(F[:, 1].max()):.4g} J, hypervolume {hv_true:.4g}", flush=True)
+    out["pareto_space"] = space_name
     out["pareto_objectives"] = f"log step time, log energy per step ({space_name} space)"
+    out["pareto_num_known_feasible"] = truth["num_known_feasible"]
+    out["pareto_num_feasible"] = truth["num_feasible"]
     out["pareto_true_front_size"] = F.shape[0]
+    out["pareto_budget"] = args.pareto_budget
+    out["pareto_seeds"] = args.pareto_seeds
     marks = [m for m in (50, 100, 200, 300) if m <= args.pareto_budget]
     jobs = [{"space": space_name, "strategy": strat, "seed": seed, "budget": args.pareto_budget, "marks": marks,
              "ref": ref.tolist(), "hv_true": hv_true, "n_init": args.n_init}
             for strat in args.pareto_strategies for seed in range(args.pareto_seeds)]
+    start = time.perf_counter()
     results = run_jobs(pareto_job, jobs, args.workers)
+    out["pareto_wall_s"] = round(time.perf_counter() - start, 1)
     for strat in args.pareto_strategies:
         mine = [(job, r) for job, r in zip(jobs, results) if job["strategy"] == strat]
         for job, r in mine:
@@ -296,20 +329,30 @@ def main() -> None:
                         help="single-objective strategies to run")
     parser.add_argument("--workers", type=int, default=1,
                         help="processes running (strategy, seed) jobs in parallel, one torch thread each")
+    parser.add_argument("--pareto-only", action="store_true", help="only the Pareto case (no overhead figure)")
+    parser.add_argument("--pareto-space", default="pareto-chip", choices=["pareto-chip", "mapping", "hw-mapping"])
+    parser.add_argument("--pareto-seeds", type=int, default=None, help="default 5 (1 with --quick)")
+    parser.add_argument("--pareto-budget", type=int, default=None,
+                        help="evaluations per run, default 300 (100 with --quick)")
+    parser.add_argument("--pareto-strategies", nargs="+", default=["bo", "random", "evolution"],
+                        choices=["bo", "random", "sobol", "evolution", "nsga2"])
     args = parser.parse_args()
     args.seeds = args.seeds or (3 if args.quick else 20)
     args.bo_budget = 100 if args.quick else 200
     args.random_budget = 20000
     args.evolution_budget = 600 if args.quick else 2000
     args.n_init = 12
-    args.pareto_budget = 100 if args.quick else 300
-    args.pareto_seeds = 1 if args.quick else 5
-    args.pareto_strategies = ["bo", "random", "evolution"]
+    args.pareto_budget = args.pareto_budget or (100 if args.quick else 300)
+    args.pareto_seeds = args.pareto_seeds or (1 if args.quick else 5)
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     out: dict = {"quick": args.quick, "seeds": args.seeds, "torch_threads": 1, "workers": args.workers,
                  "cpu_count": os.cpu_count()}
     overheads: list[float] = []
+    if args.pareto_only:
+        pareto(args.pareto_space, pareto_spaces()[args.pareto_space], args, out)
+        print(json.dumps(out))
+        return
     all_spaces = spaces()
     if not args.no_overhead:
         out["bo_iteration_overhead_s_n500"] = overhead_at(all_spaces[args.spaces[0]], 500)
@@ -325,7 +368,7 @@ def main() -> None:
         out[f"{key}_median_evals_to_0.1pct"] = out.get(f"{first}_{key}_median_evals_to_0.1pct")
     out["bo_iteration_overhead_s"] = statistics.median(overheads) if overheads else None
     if not args.no_pareto:
-        pareto("mapping", all_spaces["mapping"], args, out)
+        pareto(args.pareto_space, pareto_spaces()[args.pareto_space], args, out)
     print(json.dumps(out))
 
 
