@@ -23,7 +23,7 @@ from torch import nn
 from analytical.specs import SpecError
 from surrogates.base import DTYPE, BaseSurrogate, check_float, check_int, check_X, describe, seeded
 from surrogates.fused import FusedMLP, check_training_params, train_fused
-from surrogates.inputs import check_dims, encoded_width, one_hot, snap_to_bins
+from surrogates.inputs import check_columns_fit, check_dims, encoded_width, one_hot, snap_to_bins
 
 
 def bce(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -80,9 +80,7 @@ class FeasibilityClassifier(BaseSurrogate):
         self._one_hot = check_dims(self.one_hot_dims, where, "one_hot_dims")
 
     def _check_columns(self, d: int) -> None:
-        for name, dims in (("discrete_dims", self._discrete), ("one_hot_dims", self._one_hot)):
-            if any(column >= d for column, _ in dims):
-                raise SpecError(type(self).__name__, name, getattr(self, name), f"columns < d = {d}")
+        check_columns_fit(self, d, discrete_dims=self._discrete, one_hot_dims=self._one_hot)
 
     # --- the classifier interface ---------------------------------------------------------------
     def fit(self, X: torch.Tensor, y: torch.Tensor) -> "FeasibilityClassifier":

@@ -64,7 +64,7 @@ from torch import nn
 from analytical.specs import SpecError
 from surrogates.base import DTYPE, BaseSurrogate, check_float, check_int, seeded
 from surrogates.fused import FusedMLP, check_training_params, train_fused
-from surrogates.inputs import check_dims, encoded_width, one_hot, snap_to_bins
+from surrogates.inputs import check_columns_fit, check_dims, encoded_width, one_hot, snap_to_bins
 
 LOG_FEATURE_FLOOR = 1e-4  # log features of affine maps that reach 0 (an implied split at its bound)
 MIN_VARIANCE = 1e-6  # in standardized units: keeps the NLL finite where a member is very sure
@@ -248,9 +248,7 @@ class MLPEnsemble(BaseSurrogate):
         self._log_features = check_log_features(self.log_features, where, "log_features")
 
     def _check_columns(self, d: int) -> None:
-        for name, dims in (("discrete_dims", self._discrete), ("one_hot_dims", self._one_hot)):
-            if any(column >= d for column, _ in dims):
-                raise SpecError(type(self).__name__, name, getattr(self, name), f"columns < d = {d}")
+        check_columns_fit(self, d, discrete_dims=self._discrete, one_hot_dims=self._one_hot)
         if any(column >= d for _, terms in self._log_features for column, _ in terms):
             raise SpecError(type(self).__name__, "log_features", self.log_features, f"columns < d = {d}")
 

@@ -36,6 +36,14 @@ def check_dims(dims: Any, where: str, name: str) -> list[tuple[int, int]]:
     return [(int(c), int(k)) for c, k in pairs]
 
 
+def check_columns_fit(owner: Any, d: int, **dims: Sequence[tuple[int, int]]) -> None:
+    """SpecError naming `owner`'s parameter (`discrete_dims=...`, `one_hot_dims=...`: its checked
+    pairs) when one of them names a column >= d, the width of the data it is fitted on or loaded for."""
+    for name, pairs in dims.items():
+        if any(column >= d for column, _ in pairs):
+            raise SpecError(type(owner).__name__, name, getattr(owner, name), f"columns < d = {d}")
+
+
 def bin_index(U: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """`n x c` bin indices (as floats) in `[0, k)` of unit coordinates `U: n x c` with `k: (c,)` bins
     per column (as `Parameter.decode` reads them)."""

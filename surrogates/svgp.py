@@ -40,7 +40,7 @@ from linear_operator.utils.cholesky import psd_safe_cholesky
 from analytical.specs import SpecError
 from surrogates.base import DTYPE, BaseSurrogate, check_float, check_int, seeded
 from surrogates.fused import cosine_factor
-from surrogates.inputs import check_dims, encoded_width, one_hot, snap_to_bins
+from surrogates.inputs import check_columns_fit, check_dims, encoded_width, one_hot, snap_to_bins
 
 SQRT5 = math.sqrt(5.0)
 
@@ -117,9 +117,7 @@ class SVGP(BaseSurrogate):
         self._one_hot = check_dims(self.one_hot_dims, where, "one_hot_dims")
 
     def _check_columns(self, d: int) -> None:
-        for name, dims in (("discrete_dims", self._discrete), ("one_hot_dims", self._one_hot)):
-            if any(column >= d for column, _ in dims):
-                raise SpecError(type(self).__name__, name, getattr(self, name), f"columns < d = {d}")
+        check_columns_fit(self, d, discrete_dims=self._discrete, one_hot_dims=self._one_hot)
 
     def _build(self, inducing: torch.Tensor) -> None:
         self.gp_ = _BatchSVGP(inducing).to(DTYPE)
