@@ -299,7 +299,8 @@ def pareto(space_name: str, space: DesignSpace, args, out: dict) -> None:
     marks = [m for m in (50, 100, 200, 300) if m <= args.pareto_budget]
     jobs = [{"space": space_name, "strategy": strat, "seed": seed, "budget": args.pareto_budget, "marks": marks,
              "ref": ref.tolist(), "hv_true": hv_true, "n_init": args.n_init}
-            for strat in args.pareto_strategies for seed in range(args.pareto_seeds)]
+            for strat in args.pareto_strategies
+            for seed in range(args.pareto_first_seed, args.pareto_first_seed + args.pareto_seeds)]
     start = time.perf_counter()
     results = run_jobs(pareto_job, jobs, args.workers)
     out["pareto_wall_s"] = round(time.perf_counter() - start, 1)
@@ -340,6 +341,7 @@ def main() -> None:
     parser.add_argument("--pareto-only", action="store_true", help="only the Pareto case (no overhead figure)")
     parser.add_argument("--pareto-space", default="pareto-chip", choices=["pareto-chip", "mapping", "hw-mapping"])
     parser.add_argument("--pareto-seeds", type=int, default=None, help="default 5 (1 with --quick)")
+    parser.add_argument("--pareto-first-seed", type=int, default=0, help="seeds first .. first + pareto-seeds - 1")
     parser.add_argument("--pareto-budget", type=int, default=None,
                         help="evaluations per run, default 300 (100 with --quick)")
     parser.add_argument("--pareto-strategies", nargs="+", default=["bo", "random", "evolution"],
