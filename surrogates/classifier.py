@@ -22,8 +22,8 @@ from torch import nn
 
 from analytical.specs import SpecError
 from surrogates.base import DTYPE, BaseSurrogate, check_float, check_int, check_X, describe, seeded
-from surrogates.fused import FusedMLP, check_training_params, train_fused
-from surrogates.inputs import check_columns_fit, check_dims, encoded_width, one_hot, snap_to_bins
+from surrogates.fused import FusedMLP, check_training_params, train_fused, validation_split
+from surrogates.inputs import check_columns_fit, check_dims, encoded_width, one_hot, snap_to_bins, unit_scale
 
 
 def bce(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -118,16 +118,10 @@ class FeasibilityClassifier(BaseSurrogate):
     def _fit(self, X: torch.Tensor, y: torch.Tensor) -> None:
         n, d = X.shape
         self._check_columns(d)
-        n_val = int(round(n * self.val_fraction))
-        if n_val < 2 or n - n_val < 2:
-            raise SpecError(f"{type(self).__name__}.fit", "X", f"{n} rows",
-                            f"enough rows for a validation split of {self.val_fraction} (>= 2 rows each side)")
         gen = seeded(self.seed)
-        perm = torch.randperm(n, generator=gen)
-        train, val = perm[n_val:], perm[:n_val]
+        train, val = validation_split(n, self.val_fraction, gen, f"{type(self).__name__}.fit")
         E = self._encode(X)
-        std = E[train].std(0)
-        self.x_mean_, self.x_std_ = E[train].mean(0), torch.where(std > 1e-12, std, torch.ones_like(std))
+        self.x_mean_, self.x_std_ = E[train].mean(0), unit_scale(E[train].std(0))
         Xs = self._scale_x(X)
         self.net_ = FusedMLP(self.n_members, Xs.shape[1], self.hidden, 1, self.activation, generator=gen)
         self.train_summary_ = train_fused(

@@ -63,8 +63,8 @@ from torch import nn
 
 from analytical.specs import SpecError
 from surrogates.base import DTYPE, BaseSurrogate, check_float, check_int, seeded
-from surrogates.fused import FusedMLP, check_training_params, train_fused
-from surrogates.inputs import check_columns_fit, check_dims, encoded_width, one_hot, snap_to_bins
+from surrogates.fused import FusedMLP, check_training_params, train_fused, validation_split
+from surrogates.inputs import check_columns_fit, check_dims, encoded_width, one_hot, snap_to_bins, unit_scale
 
 LOG_FEATURE_FLOOR = 1e-4  # log features of affine maps that reach 0 (an implied split at its bound)
 MIN_VARIANCE = 1e-6  # in standardized units: keeps the NLL finite where a member is very sure
@@ -256,18 +256,10 @@ class MLPEnsemble(BaseSurrogate):
         n, d = X.shape
         t = Y.shape[1]
         self._check_columns(d)
-        n_val = int(round(n * self.val_fraction))
-        if n_val < 2 or n - n_val < 2:
-            raise SpecError(f"{type(self).__name__}.fit", "X", f"{n} rows",
-                            f"enough rows for a validation split of {self.val_fraction} (>= 2 rows each side)")
         gen = seeded(self.seed)
-        perm = torch.randperm(n, generator=gen)
-        train, val = perm[n_val:], perm[:n_val]
+        train, val = validation_split(n, self.val_fraction, gen, f"{type(self).__name__}.fit")
         E = self._encode(X)
-        # a column constant in training (a category the split left out) keeps unit scale: a 1e-12
-        # floor would feed the network 1e12 where that category appears at predict
-        std = E[train].std(0)
-        self.x_mean_, self.x_std_ = E[train].mean(0), torch.where(std > 1e-12, std, torch.ones_like(std))
+        self.x_mean_, self.x_std_ = E[train].mean(0), unit_scale(E[train].std(0))
         self.y_mean_, self.y_std_ = Y[train].mean(0), Y[train].std(0).clamp_min(1e-12)
         Xs, Ys = self._scale_x(X), ((Y - self.y_mean_) / self.y_std_).float()
         self.net_ = FusedMLP(self.n_members, Xs.shape[1], self.hidden, 2 * t, self.activation, generator=gen)

@@ -51,6 +51,18 @@ class FusedMLP(nn.Module):
         return x
 
 
+def validation_split(n: int, val_fraction: float, generator: torch.Generator,
+                     where: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(train, val)` row indices of a random split of n rows with `val_fraction` held out for early
+    stopping; a SpecError naming `where`'s X when either side would have fewer than 2 rows."""
+    n_val = int(round(n * val_fraction))
+    if n_val < 2 or n - n_val < 2:
+        raise SpecError(where, "X", f"{n} rows",
+                        f"enough rows for a validation split of {val_fraction} (>= 2 rows each side)")
+    perm = torch.randperm(n, generator=generator)
+    return perm[n_val:], perm[:n_val]
+
+
 def member_batches(n: int, n_members: int, batch_size: int, generator: torch.Generator) -> torch.Tensor:
     """`steps x M x B` indices: an independent permutation of `range(n)` per member, cut in batches
     (the last, short batch is dropped when there is more than one)."""

@@ -44,6 +44,14 @@ def check_columns_fit(owner: Any, d: int, **dims: Sequence[tuple[int, int]]) -> 
             raise SpecError(type(owner).__name__, name, getattr(owner, name), f"columns < d = {d}")
 
 
+def unit_scale(spread: torch.Tensor) -> torch.Tensor:
+    """A per-column scale (std or range, `(c,)`) with columns that do not vary in training set to 1.
+
+    Such a column (a category the training split left out, a fixed parameter) would otherwise be
+    divided by ~0 and fed to the model at ~1e12 wherever it differs at predict."""
+    return torch.where(spread > 1e-12, spread, torch.ones_like(spread))
+
+
 def bin_index(U: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """`n x c` bin indices (as floats) in `[0, k)` of unit coordinates `U: n x c` with `k: (c,)` bins
     per column (as `Parameter.decode` reads them)."""

@@ -40,7 +40,7 @@ from linear_operator.utils.cholesky import psd_safe_cholesky
 from analytical.specs import SpecError
 from surrogates.base import DTYPE, BaseSurrogate, check_float, check_int, seeded
 from surrogates.fused import cosine_factor
-from surrogates.inputs import check_columns_fit, check_dims, encoded_width, one_hot, snap_to_bins
+from surrogates.inputs import check_columns_fit, check_dims, encoded_width, one_hot, snap_to_bins, unit_scale
 
 SQRT5 = math.sqrt(5.0)
 
@@ -130,7 +130,7 @@ class SVGP(BaseSurrogate):
         E = self._encode(X)
         self.x_low_ = E.min(0).values
         spread = E.max(0).values - self.x_low_
-        self.x_range_ = torch.where(spread > 1e-12, spread, torch.ones_like(spread))  # a constant column: as is
+        self.x_range_ = unit_scale(spread)
         self.y_mean_ = Y.mean(0)
         self.y_std_ = Y.std(0).clamp_min(1e-12) if n > 1 else torch.ones(t, dtype=DTYPE)
         Xs, Ys = self._scale_x(X), (Y - self.y_mean_) / self.y_std_
