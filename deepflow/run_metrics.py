@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analytical.design import DTYPE
 from deepflow.runstore import flatten_row
 
 HV_MARGIN = 0.1  # hypervolume reference: nadir of the first feasible batch + this, in log units
@@ -97,8 +96,9 @@ class TimedStrategy:
 
 def enumerate_optimum(space, objective) -> dict[str, Any]:
     """Best feasible first objective over every point of a finite space (bin centres), in chunks."""
-    grids = [(torch.arange(int(p.cardinality), dtype=DTYPE) + 0.5) / p.cardinality for p in space.parameters]
-    grid = torch.cartesian_prod(*grids).reshape(-1, space.dim)
+    from deepflow.strategies.bo import enumerate_space
+
+    grid = enumerate_space(space)
     grid = grid[space.known_feasible(grid)]
     best, best_x, n_feasible = math.inf, None, 0
     for lo in range(0, grid.shape[0], 65536):
