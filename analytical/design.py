@@ -14,11 +14,13 @@ from typing import Sequence
 
 import torch
 
-from analytical.specs import (FFN_TYPES, MODEL_KINDS, PRECISIONS, RECOMPUTE, TOPOLOGIES, AcceleratorSpec,
+from analytical.specs import (FFN_TYPES, MODEL_KINDS, PEAK_FORMATS, PRECISION_FORMAT, PRECISIONS, RECOMPUTE, TOPOLOGIES, AcceleratorSpec,
                               MappingSpec, ModelSpec, SystemSpec)
 
 DTYPE = torch.float64
 PRECISION_CODES = {name: i for i, name in enumerate(PRECISIONS)}
+# index into PEAK_FORMATS of each precision code: which peak (and J/FLOP) field its GEMMs use
+PRECISION_FORMAT_INDEX = tuple(PEAK_FORMATS.index(PRECISION_FORMAT[p]) for p in PRECISIONS)
 FFN_CODES = {name: i for i, name in enumerate(FFN_TYPES)}
 KIND_CODES = {name: i for i, name in enumerate(MODEL_KINDS)}
 RECOMPUTE_CODES = {name: i for i, name in enumerate(RECOMPUTE)}
@@ -41,6 +43,7 @@ class DesignBatch:
     peak_fp16_flops_per_s: torch.Tensor
     peak_bf16_flops_per_s: torch.Tensor
     peak_fp8_flops_per_s: torch.Tensor
+    peak_fp4_flops_per_s: torch.Tensor
     compute_units: torch.Tensor
     sram_bytes: torch.Tensor
     sram_bw_bytes_per_s: torch.Tensor
@@ -60,6 +63,7 @@ class DesignBatch:
     flop_energy_fp16_j: torch.Tensor
     flop_energy_bf16_j: torch.Tensor
     flop_energy_fp8_j: torch.Tensor
+    flop_energy_fp4_j: torch.Tensor
     sram_energy_j_per_byte: torch.Tensor
     hbm_energy_j_per_byte: torch.Tensor
     scale_up_energy_j_per_byte: torch.Tensor
@@ -85,6 +89,8 @@ class DesignBatch:
     seq_length: torch.Tensor
     num_experts: torch.Tensor
     top_k: torch.Tensor
+    moe_ffn_hidden_size: torch.Tensor
+    num_shared_experts: torch.Tensor
     gemm_m: torch.Tensor
     gemm_n: torch.Tensor
     gemm_k: torch.Tensor
@@ -100,6 +106,7 @@ class DesignBatch:
     global_batch_size: torch.Tensor
     recompute: torch.Tensor
     zero_stage: torch.Tensor
+    fsdp: torch.Tensor
     distributed_optimizer: torch.Tensor
     precision: torch.Tensor
     flash_attention: torch.Tensor
@@ -142,18 +149,16 @@ def _energy_fields(accelerator: AcceleratorSpec) -> dict[str, float]:
     return accelerator_energy_fields(accelerator)
 
 
-def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
-         mapping: MappingSpec) -> dict[str, float]:
-    nic_gbit = (system.scale_out_gbit_per_device if system.scale_out_gbit_per_device is not None
-                else accelerator.scale_out_gbit_per_s)
-    dp = mapping.dp if mapping.dp is not None else max(
-        1, system.num_devices // (mapping.tp * mapping.pp * mapping.cp))
-    return {
+def _accelerator_fields(accelerator: AcceleratorSpec, nic_gbit: float) -> dict[str, float]:
+    from analytical.power_cap import apply_power_limit  # power_cap imports energy, energy this module
+
+    fields = {
         "peak_fp32_flops_per_s": accelerator.peak_tflops_fp32 * TFLOPS,
         "peak_tf32_flops_per_s": accelerator.peak_tflops_tf32 * TFLOPS,
         "peak_fp16_flops_per_s": accelerator.peak_tflops_fp16 * TFLOPS,
         "peak_bf16_flops_per_s": accelerator.peak_tflops_bf16 * TFLOPS,
         "peak_fp8_flops_per_s": accelerator.peak_tflops_fp8 * TFLOPS,
+        "peak_fp4_flops_per_s": accelerator.peak_tflops_fp4 * TFLOPS,
         "compute_units": accelerator.compute_units,
         "sram_bytes": accelerator.sram_mib * MIB,
         "sram_bw_bytes_per_s": accelerator.sram_bw_tb_per_s * 1e12,
@@ -166,6 +171,18 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "tile_n": accelerator.tile_n,
         "tdp_w": accelerator.tdp_w,
         **_energy_fields(accelerator),
+    }
+    return apply_power_limit(fields, accelerator)
+
+
+def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
+         mapping: MappingSpec) -> dict[str, float]:
+    nic_gbit = (system.scale_out_gbit_per_device if system.scale_out_gbit_per_device is not None
+                else accelerator.scale_out_gbit_per_s)
+    dp = mapping.dp if mapping.dp is not None else max(
+        1, system.num_devices // (mapping.tp * mapping.pp * mapping.cp))
+    return {
+        **_accelerator_fields(accelerator, nic_gbit),
         "num_devices": system.num_devices,
         "devices_per_node": system.devices_per_node,
         "scale_up_domain": system.scale_up_domain,
@@ -184,6 +201,8 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "seq_length": model.seq_length,
         "num_experts": model.num_experts,
         "top_k": model.top_k,
+        "moe_ffn_hidden_size": model.expert_ffn_size,
+        "num_shared_experts": model.num_shared_experts,
         "gemm_m": model.gemm_m,
         "gemm_n": model.gemm_n,
         "gemm_k": model.gemm_k,
@@ -198,6 +217,7 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "global_batch_size": mapping.global_batch_size,
         "recompute": RECOMPUTE_CODES[mapping.recompute],
         "zero_stage": mapping.zero_stage,
+        "fsdp": float(mapping.fsdp),
         "distributed_optimizer": float(mapping.distributed_optimizer),
         "precision": PRECISION_CODES[mapping.precision],
         "flash_attention": float(mapping.flash_attention),
@@ -225,3 +245,11 @@ def single_design(accelerator: AcceleratorSpec, system: SystemSpec, model: Model
                   mapping: MappingSpec) -> DesignBatch:
     """A batch of one design."""
     return stack_designs([accelerator], [system], [model], [mapping])
+
+
+def per_precision(d: DesignBatch, prefix: str, suffix: str) -> torch.Tensor:
+    """`(batch,)` value of the field `<prefix><format><suffix>` (e.g. `peak_`, `_flops_per_s`) for the
+    number format each design's precision runs its GEMMs in (`analytical.specs.PRECISION_FORMAT`)."""
+    table = torch.stack([getattr(d, f"{prefix}{f}{suffix}") for f in PEAK_FORMATS], dim=-1)
+    index = torch.as_tensor(PRECISION_FORMAT_INDEX, dtype=torch.int64)[d.precision.long().clamp(0, len(PRECISIONS) - 1)]
+    return table.gather(-1, index.unsqueeze(-1)).squeeze(-1)

@@ -19,10 +19,16 @@ class Efficiency:
     # on A100 (NVIDIA "Matrix multiplication background" user guide, 2023): sustained training
     # runs slower (clock under power cap, interference). Wave/tile quantization comes on top.
     gemm_peak_fraction: float = 0.723
-    # Per-tile fixed cost (prologue: filling the shared-memory pipeline; epilogue: writing the
-    # tile), as an equivalent extra K extent. ~185 TFLOP/s on an 8192x1024x1024 A100 GEMM
-    # (same guide) implies ~0.2-0.5 K-blocks of 1024 of overhead. Fitted (168).
-    gemm_tile_overhead_k: float = 168.0
+    # Per-tile fixed time (prologue: filling the shared-memory pipeline from memory; epilogue:
+    # writing the tile), seconds. ~185 TFLOP/s on an 8192x1024x1024 A100 GEMM (same guide) implies
+    # ~0.2-0.5 K-blocks of 1024 of overhead, i.e. ~1-3 us a tile. A time, not tensor-core work: the
+    # same latency costs H100's 2.6x faster SMs 2.6x more of their work.
+    gemm_tile_overhead_s: float = 2.64e-6
+    # Fraction of the narrow formats' peak (fp8, mxfp8, nvfp4: twice or four times the 16-bit rate)
+    # that their GEMM main loop sustains in training, in place of `gemm_peak_fraction`: at twice
+    # the rate the same operand delivery feeds the tensor cores a smaller share of the time.
+    # Fitted (see the README's validation table).
+    narrow_gemm_peak_fraction: float = 0.6
     # Fraction of HBM bandwidth that memory-bound kernels (norms, activations, softmax, dropout,
     # the optimizer) reach: ~0.8-0.9 in STREAM-like copies on A100/H100 (Chips and Cheese, 2021).
     # Fitted (0.897).

@@ -32,11 +32,11 @@ import torch
 
 from analytical import collectives as coll
 from analytical import silicon
-from analytical.design import PRECISION_CODES, RECOMPUTE_CODES, TOPOLOGY_CODES, DesignBatch
+from analytical.design import PRECISION_CODES, RECOMPUTE_CODES, TOPOLOGY_CODES, DesignBatch, per_precision
 from analytical.feasibility import Reason
 from analytical.kernels import gemm_flops, gemm_hbm_bytes, gemm_sram_bytes
 from analytical.memory import grad_bytes_per_param
-from analytical.specs import PRECISIONS, AcceleratorSpec
+from analytical.specs import PEAK_FORMATS, AcceleratorSpec
 from analytical.technology import LogicNode, link_tech, logic_node, memory_tech
 from analytical.workload import (GEMM_SLOTS, Gemms, activation_bytes_per_element, attention_core_flops,
                                  gemm_bytes_per_element, is_kind, local_tokens, logit_gemm_flops,
@@ -76,7 +76,7 @@ def units_dynamic_power_w(node: LogicNode, accelerator: AcceleratorSpec) -> floa
     """Dynamic power of the compute units running flat out at nominal V: the highest over precisions
     of peak FLOP/s x J per FLOP (on GPUs every tensor precision gives the same, e.g. A100 312 TFLOP/s
     fp16 or 156 tf32 at twice the energy; fp32 on the CUDA cores draws less)."""
-    peaks = {p: getattr(accelerator, f"peak_tflops_{p}") * 1e12 for p in PRECISIONS}
+    peaks = {p: getattr(accelerator, f"peak_tflops_{p}") * 1e12 for p in PEAK_FORMATS}
     return max(peak * flop_energy_j(node, p) for p, peak in peaks.items())
 
 
@@ -92,7 +92,7 @@ def accelerator_energy_fields(accelerator: AcceleratorSpec) -> dict[str, float]:
     memory = memory_tech(accelerator.memory_technology)
     static = (accelerator.static_power_w if accelerator.static_power_w is not None
               else static_power_w(node, accelerator))
-    fields = {f"flop_energy_{p}_j": flop_energy_j(node, p) for p in PRECISIONS}
+    fields = {f"flop_energy_{p}_j": flop_energy_j(node, p) for p in PEAK_FORMATS}
     fields.update(
         sram_energy_j_per_byte=sram_energy_j_per_byte(node, accelerator.sram_mib * 2.0**20),
         hbm_energy_j_per_byte=8.0 * memory.energy_j_per_bit,
@@ -107,9 +107,7 @@ def accelerator_energy_fields(accelerator: AcceleratorSpec) -> dict[str, float]:
 
 def flop_energy_for_precision(d: DesignBatch) -> torch.Tensor:
     """`(batch,)` J per FLOP at each design's training precision."""
-    table = torch.stack([d.flop_energy_fp32_j, d.flop_energy_tf32_j, d.flop_energy_fp16_j,
-                         d.flop_energy_bf16_j, d.flop_energy_fp8_j], dim=-1)
-    return table.gather(-1, d.precision.long().clamp(0, len(PRECISION_CODES) - 1).unsqueeze(-1)).squeeze(-1)
+    return per_precision(d, "flop_energy_", "_j")
 
 
 def compute_energy_j(flops: torch.Tensor, flop_energy_j_: torch.Tensor) -> torch.Tensor:

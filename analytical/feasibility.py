@@ -10,7 +10,7 @@ from enum import IntEnum
 
 import torch
 
-from analytical.design import DesignBatch, KIND_CODES, PRECISION_CODES
+from analytical.design import DesignBatch, KIND_CODES, PRECISION_CODES, per_precision
 
 
 class Reason(IntEnum):
@@ -97,6 +97,4 @@ def mapping_reasons(d: DesignBatch, peak_flops_per_s: torch.Tensor) -> torch.Ten
 
 def peak_for_precision(d: DesignBatch) -> torch.Tensor:
     """`(batch,)` dense peak FLOP/s of the accelerator at the mapping's precision (0 = unsupported)."""
-    table = torch.stack([d.peak_fp32_flops_per_s, d.peak_tf32_flops_per_s, d.peak_fp16_flops_per_s,
-                         d.peak_bf16_flops_per_s, d.peak_fp8_flops_per_s], dim=-1)
-    return table.gather(-1, d.precision.long().clamp(0, len(PRECISION_CODES) - 1).unsqueeze(-1)).squeeze(-1)
+    return per_precision(d, "peak_", "_flops_per_s")

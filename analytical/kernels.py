@@ -29,16 +29,19 @@ def gemm_flops(m: torch.Tensor, n: torch.Tensor, k: torch.Tensor, count: torch.T
 
 
 def gemm_compute_time_s(m, n, k, count, peak_flops_per_s, compute_units, tile_m, tile_n,
-                        eff: Efficiency) -> torch.Tensor:
+                        eff: Efficiency, peak_fraction=None) -> torch.Tensor:
     """Tensor-core time with tile and wave quantization.
 
     Every wave runs one (tile_m x tile_n) tile per compute unit; a tile costs the FLOPs of its
-    full K extent plus a fixed overhead of `gemm_tile_overhead_k` K-elements.
+    full K extent at `peak_fraction` (default `eff.gemm_peak_fraction`) of the unit's peak, plus a
+    fixed time `gemm_tile_overhead_s` (filling the operand pipeline from memory and writing the
+    tile out: latency, not tensor-core work, so it weighs more on a chip with faster tensor cores).
     """
+    fraction = eff.gemm_peak_fraction if peak_fraction is None else peak_fraction
     waves = gemm_waves(m, n, count, tile_m, tile_n, compute_units)
-    per_unit_flops_per_s = peak_flops_per_s * eff.gemm_peak_fraction / compute_units
-    tile_flops = 2.0 * tile_m * tile_n * (k + eff.gemm_tile_overhead_k)
-    return waves * tile_flops / per_unit_flops_per_s
+    per_unit_flops_per_s = peak_flops_per_s * fraction / compute_units
+    tile_flops = 2.0 * tile_m * tile_n * k
+    return waves * (tile_flops / per_unit_flops_per_s + eff.gemm_tile_overhead_s)
 
 
 def gemm_hbm_bytes(m, n, k, count, bytes_per_element) -> torch.Tensor:
@@ -52,9 +55,11 @@ def gemm_sram_bytes(m, n, k, count, tile_m, tile_n, bytes_per_element) -> torch.
 
 
 def gemm_time_s(m, n, k, count, peak_flops_per_s, compute_units, tile_m, tile_n, hbm_bw_bytes_per_s,
-                sram_bw_bytes_per_s, launch_s, bytes_per_element, eff: Efficiency) -> torch.Tensor:
+                sram_bw_bytes_per_s, launch_s, bytes_per_element, eff: Efficiency,
+                peak_fraction=None) -> torch.Tensor:
     """Roofline over compute, HBM and SRAM, plus one kernel launch. Zero-size GEMMs cost 0."""
-    compute = gemm_compute_time_s(m, n, k, count, peak_flops_per_s, compute_units, tile_m, tile_n, eff)
+    compute = gemm_compute_time_s(m, n, k, count, peak_flops_per_s, compute_units, tile_m, tile_n, eff,
+                                  peak_fraction)
     hbm = gemm_hbm_bytes(m, n, k, count, bytes_per_element) / (hbm_bw_bytes_per_s * eff.hbm_bw_fraction)
     sram = gemm_sram_bytes(m, n, k, count, tile_m, tile_n, bytes_per_element) / sram_bw_bytes_per_s
     time = torch.maximum(torch.maximum(compute, hbm), sram) + launch_s

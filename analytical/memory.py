@@ -13,7 +13,7 @@ import torch
 
 from analytical.design import PRECISION_CODES, DesignBatch
 from analytical.workload import (activation_bytes_per_element, activation_bytes_per_layer, embedding_params,
-                                 is_kind, layer_params, local_tokens, per_evaluation)
+                                 gemm_bytes_per_element, is_kind, is_narrow, layer_params, local_tokens, per_evaluation)
 
 GIB = 2.0**30
 # CUDA context, cuBLAS workspaces and allocator fragmentation that no tensor of the model holds:
@@ -44,8 +44,7 @@ def params_per_device(d: DesignBatch) -> torch.Tensor:
 @per_evaluation
 def weight_bytes_per_param(d: DesignBatch) -> torch.Tensor:
     wide = (d.precision <= PRECISION_CODES["tf32"]).to(d.tp.dtype)
-    fp8 = (d.precision == PRECISION_CODES["fp8"]).to(d.tp.dtype)
-    return 2.0 + 2.0 * wide + fp8  # fp8 keeps a bf16 weight and an fp8 copy
+    return 2.0 + 2.0 * wide + is_narrow(d) * gemm_bytes_per_element(d)  # narrow: a bf16 weight and its cast copy
 
 
 @per_evaluation

@@ -264,7 +264,7 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
         tp=num("tp"), pp=num("pp"), dp=num("dp"), cp=num("cp"), ep=num("ep"), vp=num("vp"),
         sequence_parallel=flag("sequence_parallel"), micro_batch_size=num("micro_batch_size"),
         global_batch_size=num("global_batch_size"), recompute=RECOMPUTE[num("recompute")],
-        zero_stage=num("zero_stage"), distributed_optimizer=flag("distributed_optimizer"),
+        zero_stage=num("zero_stage"), fsdp=flag("fsdp"), distributed_optimizer=flag("distributed_optimizer"),
         precision=PRECISIONS[num("precision")], flash_attention=flag("flash_attention"),
         overlap_dp_comm=flag("overlap_dp_comm"), overlap_tp_comm=flag("overlap_tp_comm"))
     return mapping.validate()

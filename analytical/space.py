@@ -56,7 +56,8 @@ UNITS = {"TFLOP/s": 1e12, "TB/s": 1e12, "GB/s": 1e9, "Gbit/s": 1e9 / 8.0, "GiB":
 DESIGN_FIELDS = tuple(f.name for f in fields(DesignBatch))
 # accelerator fields a chip derivation produces (a space with a chip cannot also vary them)
 DERIVED_FIELDS = DESIGN_FIELDS[:DESIGN_FIELDS.index("num_devices")]
-TENSOR_PEAKS = ("peak_tf32_flops_per_s", "peak_fp16_flops_per_s", "peak_bf16_flops_per_s", "peak_fp8_flops_per_s")
+TENSOR_PEAKS = ("peak_tf32_flops_per_s", "peak_fp16_flops_per_s", "peak_bf16_flops_per_s", "peak_fp8_flops_per_s",
+                "peak_fp4_flops_per_s")
 
 
 @dataclass(frozen=True)

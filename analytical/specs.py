@@ -17,7 +17,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8")
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4")
+# Tensor-core number formats with a peak rate of their own; a training precision runs its GEMMs at
+# the peak of its format: mxfp8 (OCP microscaling, 32-element blocks with an e8m0 scale) at fp8's,
+# nvfp4 (16-element blocks with an e4m3 scale) at fp4's (NVIDIA Blackwell architecture brief, 2024).
+PEAK_FORMATS = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp4")
+PRECISION_FORMAT = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8",
+                    "mxfp8": "fp8", "nvfp4": "fp4"}
 FFN_TYPES = ("gelu", "swiglu")
 MODEL_KINDS = ("transformer", "lstm", "gemm")
 RECOMPUTE = ("none", "selective", "full")
@@ -70,6 +76,7 @@ class AcceleratorSpec:
     peak_tflops_fp16: float = 0.0
     peak_tflops_bf16: float = 0.0
     peak_tflops_fp8: float = 0.0
+    peak_tflops_fp4: float = 0.0  # dense NVFP4 (Blackwell); 0 on chips without fp4 tensor cores
     compute_units: int = 1  # SMs (NVIDIA) or TensorCores (TPU)
     sram_mib: float = 0.0  # last-level on-chip SRAM (L2 / CMEM)
     sram_bw_tb_per_s: float = 0.0
@@ -81,6 +88,8 @@ class AcceleratorSpec:
     tile_m: int = 128  # output tile of the tensor-core GEMM kernels (rows)
     tile_n: int = 128  # (columns)
     tdp_w: float = 0.0  # device power budget; 0 = none (the energy model then flags nothing)
+    # a power limit set below the TDP (nvidia-smi -pl): slows the clock (analytical.power_cap); None = TDP
+    power_limit_w: Optional[float] = None
     # technology (energy model, analytical/energy.py): names of rows of analytical/technology.py; the
     # defaults are A100's. static_power_w overrides the node's leakage (analytical.silicon: its static
     # share of the compute units' power at peak, nominal V) when set.
@@ -101,14 +110,16 @@ class AcceleratorSpec:
                 raise SpecError(spec, name, value, "one of " + ", ".join(table))
         if self.static_power_w is not None:
             _check_positive(spec, self, ("static_power_w",), allow_zero=True)
+        if self.power_limit_w is not None:
+            _check_positive(spec, self, ("power_limit_w",))
         _check_positive(spec, self, ("peak_tflops_fp32", "peak_tflops_tf32", "peak_tflops_fp16",
-                                     "peak_tflops_bf16", "peak_tflops_fp8", "kernel_launch_us", "tdp_w",
+                                     "peak_tflops_bf16", "peak_tflops_fp8", "peak_tflops_fp4", "kernel_launch_us", "tdp_w",
                                      "scale_out_gbit_per_s"), allow_zero=True)
         _check_positive(spec, self, ("sram_mib", "sram_bw_tb_per_s", "hbm_gib", "hbm_bw_gb_per_s",
                                      "scale_up_bw_gb_per_s"))
         _check_int(spec, self, ("compute_units", "tile_m", "tile_n"))
         if max(self.peak_tflops_fp32, self.peak_tflops_tf32, self.peak_tflops_fp16,
-               self.peak_tflops_bf16, self.peak_tflops_fp8) <= 0:
+               self.peak_tflops_bf16, self.peak_tflops_fp8, self.peak_tflops_fp4) <= 0:
             raise SpecError(spec, "peak_tflops_*", 0, "at least one precision with a peak > 0")
         return self
 
@@ -161,6 +172,8 @@ class ModelSpec:
     seq_length: int = 1
     num_experts: int = 1
     top_k: int = 1
+    moe_ffn_hidden_size: Optional[int] = None  # width of one routed expert's MLP; None = ffn_hidden_size
+    num_shared_experts: int = 0  # experts every token passes through besides its top_k (DeepSeek-style)
     gemm_m: int = 1
     gemm_n: int = 1
     gemm_k: int = 1
@@ -173,6 +186,10 @@ class ModelSpec:
     def ffn_size(self) -> int:
         return 4 * self.hidden_size if self.ffn_hidden_size is None else self.ffn_hidden_size
 
+    @property
+    def expert_ffn_size(self) -> int:
+        return self.ffn_size if self.moe_ffn_hidden_size is None else self.moe_ffn_hidden_size
+
     def validate(self) -> "ModelSpec":
         spec = f"model[{self.name}]"
         _check_choice(spec, self, "kind", MODEL_KINDS)
@@ -183,6 +200,9 @@ class ModelSpec:
             _check_int(spec, self, ("num_kv_heads",))
         if self.ffn_hidden_size is not None:
             _check_int(spec, self, ("ffn_hidden_size",))
+        if self.moe_ffn_hidden_size is not None:
+            _check_int(spec, self, ("moe_ffn_hidden_size",))
+        _check_int(spec, self, ("num_shared_experts",), minimum=0)
         if self.kind == "transformer":
             if self.hidden_size % self.num_heads:
                 raise SpecError(spec, "num_heads", self.num_heads,
@@ -215,6 +235,10 @@ class MappingSpec:
     global_batch_size: int = 1
     recompute: str = "none"
     zero_stage: int = 0
+    # ZeRO-3 as PyTorch FSDP2 / Megatron-FSDP run it (whole-block all-gathers prefetched one block
+    # ahead, reduce-scatters overlapped with the next block's backward) rather than DeepSpeed 2021's
+    # per-module collectives; needs zero_stage 3
+    fsdp: bool = False
     distributed_optimizer: bool = False
     precision: str = "bf16"
     flash_attention: bool = True
@@ -229,9 +253,11 @@ class MappingSpec:
         _check_int(spec, self, ("zero_stage",), minimum=0)
         if self.zero_stage > 3:
             raise SpecError(spec, "zero_stage", self.zero_stage, "0, 1, 2 or 3")
+        if self.fsdp and self.zero_stage != 3:
+            raise SpecError(spec, "fsdp", self.fsdp, "false unless zero_stage is 3 (FSDP shards weights)")
         _check_choice(spec, self, "recompute", RECOMPUTE)
         _check_choice(spec, self, "precision", PRECISIONS)
-        _check_bool(spec, self, ("sequence_parallel", "distributed_optimizer", "flash_attention",
+        _check_bool(spec, self, ("sequence_parallel", "fsdp", "distributed_optimizer", "flash_attention",
                                  "overlap_dp_comm", "overlap_tp_comm"))
         return self
 

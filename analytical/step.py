@@ -29,7 +29,7 @@ from analytical.feasibility import Reason, mapping_reasons, peak_for_precision
 from analytical.kernels import flash_attention_time_s, gemm_time_s, memory_bound_time_s
 from analytical.memory import grad_bytes_per_param, memory_breakdown, params_per_device
 from analytical.workload import (GEMM_SLOTS, activation_bytes_per_element, attention_core_flops, gemm_bytes_per_element,
-                                 is_kind, layer_forward_flops_per_sequence, layer_gemms, local_tokens,
+                                 is_kind, is_narrow, layer_forward_flops_per_sequence, layer_gemms, local_tokens,
                                  logit_gemm_flops,
                                  memory_bound_bytes_per_layer, memoizing, model_flops_per_step)
 
@@ -98,6 +98,19 @@ def _col(x: torch.Tensor) -> torch.Tensor:
     return x.unsqueeze(-1)
 
 
+def gemm_peak_fraction(d: DesignBatch, eff: Efficiency) -> torch.Tensor:
+    """`(batch,)` fraction of the format's peak the GEMM main loop sustains: `narrow_gemm_peak_fraction`
+    for fp8 / mxfp8 / nvfp4, `gemm_peak_fraction` otherwise."""
+    return eff.gemm_peak_fraction + is_narrow(d) * (eff.narrow_gemm_peak_fraction - eff.gemm_peak_fraction)
+
+
+def sixteen_bit_peak(d: DesignBatch, peak: torch.Tensor) -> torch.Tensor:
+    """Peak of the kernels that stay 16-bit under narrow-format training (fused attention, the
+    output layer; Transformer Engine's default recipes): bf16's where the chip has it, else the
+    precision's own."""
+    return torch.where((is_narrow(d) > 0) & (d.peak_bf16_flops_per_s > 0), d.peak_bf16_flops_per_s, peak)
+
+
 def _gemm_table_time_s(tables, d: DesignBatch, peak: torch.Tensor, eff: Efficiency,
                        live: torch.Tensor) -> list[torch.Tensor]:
     """`(batch, slots)` time of each GEMM slot of each table of `tables`, serial repetitions
@@ -108,7 +121,7 @@ def _gemm_table_time_s(tables, d: DesignBatch, peak: torch.Tensor, eff: Efficien
                               for f in ("m", "n", "k", "count", "serial"))
     t = gemm_time_s(m, n, k, count, _col(peak), _col(d.compute_units), _col(d.tile_m), _col(d.tile_n),
                     _col(d.hbm_bw_bytes_per_s), _col(d.sram_bw_bytes_per_s), _col(d.kernel_launch_s),
-                    _col(gemm_bytes_per_element(d)), eff) * serial
+                    _col(gemm_bytes_per_element(d)), eff, _col(gemm_peak_fraction(d, eff))) * serial
     parts = t.chunk(len(tables), -1)
     if every:
         return list(parts)
@@ -185,9 +198,10 @@ def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer
     fwd_mem = memory_bound_time_s(mb_bytes, mb_kernels, d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
     core_flops = attention_core_flops(d) * d.flash_attention
     qkvo_bytes = 4.0 * local_tokens(d) * d.hidden_size / d.tp * elem * d.flash_attention
-    flash_fwd = flash_attention_time_s(core_flops, qkvo_bytes, peak, d.hbm_bw_bytes_per_s,
+    peak16 = sixteen_bit_peak(d, peak)
+    flash_fwd = flash_attention_time_s(core_flops, qkvo_bytes, peak16, d.hbm_bw_bytes_per_s,
                                        d.kernel_launch_s, eff)
-    flash_bwd = flash_attention_time_s(2.5 * core_flops, 2.0 * qkvo_bytes, peak, d.hbm_bw_bytes_per_s,
+    flash_bwd = flash_attention_time_s(2.5 * core_flops, 2.0 * qkvo_bytes, peak16, d.hbm_bw_bytes_per_s,
                                        d.kernel_launch_s, eff)  # FA2 backward: 5 of the 2 fwd matmuls
     unfused = (1.0 - d.flash_attention) * is_kind(d, "transformer")
     scores = d.micro_batch_size * d.num_heads / d.tp * (d.seq_length / d.cp) * d.seq_length
@@ -233,7 +247,7 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
 def _output_layer(d: DesignBatch, peak, elem, eff: Efficiency) -> dict[str, torch.Tensor]:
     """Logit GEMMs and the fp32 softmax cross-entropy of one micro-batch on the last stage."""
     not_gemm = 1.0 - is_kind(d, "gemm")
-    logit_fwd = logit_gemm_flops(d) / (peak * eff.gemm_peak_fraction) + d.kernel_launch_s * not_gemm
+    logit_fwd = logit_gemm_flops(d) / (sixteen_bit_peak(d, peak) * eff.gemm_peak_fraction) + d.kernel_launch_s * not_gemm
     loss = memory_bound_time_s(local_tokens(d) * d.vocab_size / d.tp * (elem + 8.0) * not_gemm, 3.0 * not_gemm,
                                d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
     return {"forward_compute": logit_fwd + loss, "backward_compute": 2.0 * logit_fwd + loss}
@@ -255,7 +269,8 @@ def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches, ef
     ZeRO-0: all-reduce of the gradients. ZeRO-1 or distributed optimizer: reduce-scatter of the
     gradients and all-gather of the updated weights. ZeRO-2: a reduce-scatter per micro-batch.
     ZeRO-3: per micro-batch, weights gathered for forward and backward and gradients scattered, at
-    `zero3_comm_fraction` of the collective bound.
+    `zero3_comm_fraction` of the collective bound for DeepSpeed's per-module collectives, at the
+    bound itself for FSDP's whole-block ones (`fsdp`).
     """
     grad_bytes = params * grad_bytes_per_param(d)
     weight_bytes = params * elem  # gathered in the 16-bit (fp32: 32-bit) training dtype
@@ -265,7 +280,8 @@ def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches, ef
     ag = _on_group(coll.group_all_gather_time_s, d, links, weight_bytes, d.dp, stride)
     z = d.zero_stage
     sharded = _optimizer_sharded(d)
-    return torch.where(z >= 3, micro_batches * (2.0 * ag + rs) / eff.zero3_comm_fraction,
+    zero3_slowdown = torch.where(d.fsdp > 0, 1.0, 1.0 / eff.zero3_comm_fraction)
+    return torch.where(z >= 3, micro_batches * (2.0 * ag + rs) * zero3_slowdown,
                        torch.where(z >= 2, micro_batches * rs + ag, sharded * (rs + ag) + (1.0 - sharded) * ar))
 
 

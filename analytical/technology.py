@@ -88,7 +88,10 @@ class LogicNode:
                     "fp8": self.fp8_mac_energy_j, "fp32": self.fp32_mac_energy_j,
                     # TF32 runs on the fp16 tensor datapath at half its dense rate within the same TDP
                     # (A100 whitepaper: 156 vs 312 TFLOP/s; H100: 494.7 vs 989.4), so ~2x the fp16 energy.
-                    "tf32": 2.0 * self.fp16_mac_energy_j}
+                    "tf32": 2.0 * self.fp16_mac_energy_j,
+                    # ESTIMATE: fp4 at 2x the fp8 rate within the same TDP (B200: 9 vs 4.5 PFLOP/s dense,
+                    # HGX B200 datasheet), so half the fp8 energy, as fp8 is half of fp16's.
+                    "fp4": 0.5 * self.fp8_mac_energy_j}
         if precision not in energies:
             raise SpecError(f"technology.node[{self.name}]", "precision", precision,
                             "one of " + ", ".join(energies))

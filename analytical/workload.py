@@ -61,12 +61,23 @@ def is_swiglu(d: DesignBatch) -> torch.Tensor:
 
 
 @per_evaluation
+def is_narrow(d: DesignBatch) -> torch.Tensor:
+    """1 where the GEMMs run in an 8- or 4-bit format (fp8, mxfp8, nvfp4) with 16-bit activations
+    between them (Transformer Engine's recipes), 0 for fp32/tf32/fp16/bf16."""
+    return (d.precision >= PRECISION_CODES["fp8"]).to(d.precision.dtype)
+
+
+@per_evaluation
 def gemm_bytes_per_element(d: DesignBatch) -> torch.Tensor:
-    """Bytes per GEMM input element: 4 (fp32/tf32), 2 (fp16/bf16), 1 (fp8)."""
+    """Bytes per GEMM input element: 4 (fp32/tf32), 2 (fp16/bf16), 1 (fp8, mxfp8: 1 + a 1-byte
+    scale per 32 elements), 0.5625 (nvfp4: 0.5 + a 1-byte scale per 16 elements). Block sizes:
+    OCP Microscaling Formats spec v1.0 (2023) and NVIDIA's NVFP4 introduction (2025)."""
     p = d.precision
     wide = (p <= PRECISION_CODES["tf32"]).to(p.dtype)
     fp8 = (p == PRECISION_CODES["fp8"]).to(p.dtype)
-    return 2.0 + 2.0 * wide - fp8
+    mxfp8 = (p == PRECISION_CODES["mxfp8"]).to(p.dtype)
+    nvfp4 = (p == PRECISION_CODES["nvfp4"]).to(p.dtype)
+    return 2.0 + 2.0 * wide - fp8 - (1.0 - 1.0 / 32.0) * mxfp8 - (1.5 - 1.0 / 16.0) * nvfp4
 
 
 @per_evaluation
@@ -90,6 +101,24 @@ def local_tokens(d: DesignBatch) -> torch.Tensor:
 def ffn_gate_factor(d: DesignBatch) -> torch.Tensor:
     """Up-projection matrices per MLP: 2 for SwiGLU (gate and up), 1 for GeLU."""
     return 1.0 + is_swiglu(d)
+
+
+@per_evaluation
+def is_moe(d: DesignBatch) -> torch.Tensor:
+    return (d.num_experts > 1).to(d.tp.dtype)
+
+
+@per_evaluation
+def expert_width(d: DesignBatch) -> torch.Tensor:
+    """MLP width of one expert: `moe_ffn_hidden_size` in MoE layers, `ffn_hidden_size` in dense ones."""
+    return torch.where(d.num_experts > 1, d.moe_ffn_hidden_size, d.ffn_hidden_size)
+
+
+@per_evaluation
+def mlp_width(d: DesignBatch) -> torch.Tensor:
+    """MLP intermediate elements per token, summed over the experts it passes through: the
+    expert width times (top_k routed + shared experts); the FFN width in dense layers."""
+    return expert_width(d) * (d.top_k + d.num_shared_experts * is_moe(d))
 
 
 @dataclass
@@ -130,9 +159,12 @@ def layer_gemms(d: DesignBatch) -> Gemms:
     b = d.micro_batch_size
     heads_local = d.num_heads / t
     unfused = tr * (1.0 - d.flash_attention)
-    expert_tokens = tokens * d.top_k * e / d.num_experts  # tokens reaching one expert of this device
+    # tokens reaching one expert of this device; shared experts see every token and are folded in
+    # as extra routed work (same FLOPs and GEMM shapes per expert)
+    expert_tokens = tokens * (d.top_k + d.num_shared_experts * is_moe(d)) * e / d.num_experts
     local_experts = d.num_experts / e
-    moe = (d.num_experts > 1).to(h.dtype)
+    moe = is_moe(d)
+    f_e = expert_width(d)
     one = torch.ones_like(h)
     zero = torch.zeros_like(h)
     qkv_n = (d.num_heads + 2.0 * d.num_kv_heads) * dh / t
@@ -147,9 +179,9 @@ def layer_gemms(d: DesignBatch) -> Gemms:
         lstm * b,  # recurrent hidden-to-gates, one kernel per time step
     ]
     slots_n = [tr * qkv_n + lstm * 4.0 * h + gemm * d.gemm_n, s, dh, h,
-               ffn_gate_factor(d) * d.ffn_hidden_size / t, h, d.num_experts, 4.0 * h]
+               ffn_gate_factor(d) * f_e / t, h, d.num_experts, 4.0 * h]
     slots_k = [tr * h + lstm * h + gemm * d.gemm_k, dh, s, heads_local * dh, h,
-               d.ffn_hidden_size / t, h, h]
+               f_e / t, h, h]
     slots_count = [one, b * heads_local, b * heads_local, one, local_experts, local_experts, one, one]
     slots_serial = [one, one, one, one, one, one, one, torch.where(lstm > 0, s, one)]
     stack = lambda xs: torch.stack(xs, dim=-1)  # noqa: E731
@@ -183,10 +215,12 @@ def layer_params(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     attention = h * qkv_out + d.num_heads * dh * h
     norms = 2.0 * h * (1.0 + gelu)  # LayerNorm has weight and bias, RMSNorm a weight
     biases = gelu * (qkv_out + h + f + h)
-    moe = (d.num_experts > 1).to(h.dtype)
+    moe = is_moe(d)
     router = moe * h * d.num_experts
-    expert = d.num_experts * (ffn_gate_factor(d) + 1.0) * h * f
-    dense = tr * (attention + norms + biases + router) + lstm * (8.0 * h * h + 8.0 * h)
+    per_expert = (ffn_gate_factor(d) + 1.0) * h * expert_width(d)
+    expert = d.num_experts * per_expert
+    shared = moe * d.num_shared_experts * per_expert  # replicated over ep like the attention
+    dense = tr * (attention + norms + biases + router + shared) + lstm * (8.0 * h * h + 8.0 * h)
     gemm = is_kind(d, "gemm") * d.gemm_k * d.gemm_n
     return dense + gemm, tr * expert
 
@@ -261,11 +295,19 @@ def activation_bytes_per_layer(d: DesignBatch) -> torch.Tensor:
     kv_ratio = d.num_kv_heads / d.num_heads
     attention = (2.0 + 4.0 * kv_ratio + 2.0) * th / t  # Q, K, V, and the output-projection input
     ffn_tensors = 2.0 + 2.0 * ffn_gate_factor(d)  # gelu: fc1 out, fc2 in; swiglu: gate, up, product
-    mlp = ffn_tensors * local_tokens(d) * d.ffn_hidden_size * d.top_k / t
+    mlp = ffn_tensors * local_tokens(d) * mlp_width(d) / t
+    # LLaMA-style models train without dropout: no masks (1 byte per element each, 2 of the 10)
+    replicated = replicated - 2.0 * th / sp_div * is_swiglu(d)
+    # narrow GEMMs save their inputs for the weight gradient already cast (Transformer Engine keeps
+    # the fp8 copy, not the 16-bit one): the QKV and fc1 inputs (2 of the replicated 10), the
+    # output-projection input (2 of attention's) and fc2's input (2 of the MLP's) shrink to their
+    # format's bytes. Q, K, V stay 16-bit for the fused attention kernel.
+    saved_gemm_inputs = 4.0 * th / sp_div + 2.0 * th / t + 2.0 * local_tokens(d) * mlp_width(d) / t
+    narrow_saving = is_narrow(d) * saved_gemm_inputs * (1.0 - gemm_bytes_per_element(d) / 2.0)
     square = 5.0 * d.micro_batch_size * d.num_heads * (d.seq_length / d.cp) * d.seq_length / t
     keeps_square = (d.recompute == RECOMPUTE_CODES["none"]).to(t.dtype) * (1.0 - d.flash_attention)
     softmax_stats = 4.0 * d.micro_batch_size * d.num_heads * d.seq_length / d.cp / t * d.flash_attention
-    full = tr * (replicated + attention + mlp + square * keeps_square + softmax_stats)
+    full = tr * (replicated + attention + mlp + square * keeps_square + softmax_stats - narrow_saving)
     lstm_bytes = lstm * 2.0 * local_tokens(d) * d.hidden_size * 7.0  # 4 gates, cell, hidden, input
     gemm_bytes = is_kind(d, "gemm") * 2.0 * d.micro_batch_size * d.gemm_m * d.gemm_k
     kept = tr * 2.0 * th / sp_div  # full recompute keeps only the layer input
@@ -279,7 +321,11 @@ def memory_bound_bytes_per_layer(d: DesignBatch) -> tuple[torch.Tensor, torch.Te
 
     Norms (read + write), residual adds with dropout (two reads, a write and a 1-byte mask), the
     activation function, MoE token permutation, and for unfused attention the scale-mask-softmax
-    and attention dropout over the a s^2 scores.
+    and attention dropout over the a s^2 scores. Narrow-format GEMMs (fp8, mxfp8, nvfp4) add the
+    casts of their four activation inputs (Transformer Engine's cast / cast-transpose kernels: read
+    16-bit, write the narrow copy and its transpose for the backward pass) and their scaling
+    (amax) bookkeeping; the backward pass (twice the forward's traffic in `step`) casts the
+    gradients the same way.
     """
     tr, lstm = is_kind(d, "transformer"), is_kind(d, "lstm")
     t = d.tp
@@ -288,13 +334,15 @@ def memory_bound_bytes_per_layer(d: DesignBatch) -> tuple[torch.Tensor, torch.Te
     sp_div = torch.where(d.sequence_parallel > 0, t, 1.0)
     norms = 2.0 * 2.0 * th / sp_div
     residual = 2.0 * 3.5 * th / sp_div
-    act = (2.0 + is_swiglu(d)) * local_tokens(d) * d.ffn_hidden_size * d.top_k / t
-    moe = (d.num_experts > 1).to(t.dtype)
+    act = (2.0 + is_swiglu(d)) * local_tokens(d) * mlp_width(d) / t
+    moe = is_moe(d)
     permute = moe * 4.0 * th * d.top_k
     scores = d.micro_batch_size * d.num_heads / t * (d.seq_length / d.cp) * d.seq_length
     softmax_dropout = 4.5 * scores * (1.0 - d.flash_attention)
-    tr_bytes = tr * elem * (norms + residual + act + permute + softmax_dropout)
-    tr_kernels = tr * (5.0 + 2.0 * moe + 2.0 * (1.0 - d.flash_attention))
+    gemm_inputs = 2.0 * th / sp_div + th / t + local_tokens(d) * mlp_width(d) / t
+    casts = is_narrow(d) * gemm_inputs * (elem + 2.0 * gemm_bytes_per_element(d))
+    tr_bytes = tr * (elem * (norms + residual + act + permute + softmax_dropout) + casts)
+    tr_kernels = tr * (5.0 + 2.0 * moe + 2.0 * (1.0 - d.flash_attention) + 4.0 * is_narrow(d))
     lstm_bytes = lstm * elem * 12.0 * local_tokens(d) * d.hidden_size
     lstm_kernels = lstm * d.seq_length
     return tr_bytes + lstm_bytes, tr_kernels + lstm_kernels

@@ -27,6 +27,7 @@ SPEC_FIELDS: dict[str, tuple[str, str, float, Optional[dict]]] = {
     "peak_fp16_flops_per_s": ("hardware", "peak_tflops_fp16", 1 / TFLOPS, None),
     "peak_bf16_flops_per_s": ("hardware", "peak_tflops_bf16", 1 / TFLOPS, None),
     "peak_fp8_flops_per_s": ("hardware", "peak_tflops_fp8", 1 / TFLOPS, None),
+    "peak_fp4_flops_per_s": ("hardware", "peak_tflops_fp4", 1 / TFLOPS, None),
     "compute_units": ("hardware", "compute_units", 1.0, None),
     "sram_bytes": ("hardware", "sram_mib", 1 / MIB, None),
     "sram_bw_bytes_per_s": ("hardware", "sram_bw_tb_per_s", 1e-12, None),
@@ -57,12 +58,14 @@ SPEC_FIELDS: dict[str, tuple[str, str, float, Optional[dict]]] = {
     "seq_length": ("model", "seq_length", 1.0, None),
     "num_experts": ("model", "num_experts", 1.0, None),
     "top_k": ("model", "top_k", 1.0, None),
+    "moe_ffn_hidden_size": ("model", "moe_ffn_hidden_size", 1.0, None),
+    "num_shared_experts": ("model", "num_shared_experts", 1.0, None),
     "gemm_m": ("model", "gemm_m", 1.0, None),
     "gemm_n": ("model", "gemm_n", 1.0, None),
     "gemm_k": ("model", "gemm_k", 1.0, None),
     **{name: ("mapping", name, 1.0, None) for name in
        ("tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "micro_batch_size", "global_batch_size",
-        "zero_stage", "distributed_optimizer", "flash_attention", "overlap_dp_comm", "overlap_tp_comm")},
+        "zero_stage", "fsdp", "distributed_optimizer", "flash_attention", "overlap_dp_comm", "overlap_tp_comm")},
     "recompute": ("mapping", "recompute", 1.0, RECOMPUTE_CODES),
     "precision": ("mapping", "precision", 1.0, PRECISION_CODES),
 }

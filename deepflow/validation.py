@@ -53,6 +53,26 @@ class Rows:
                     [self.sources[i] for i in keep], [self.specs[i] for i in keep], self.measured_s[keep])
 
 
+def concat(parts: list[Rows]) -> Rows:
+    """The rows of several `Rows`, in order."""
+    return Rows(sum((p.ids for p in parts), []), sum((p.groups for p in parts), []),
+                sum((p.sources for p in parts), []), sum((p.specs for p in parts), []),
+                np.concatenate([p.measured_s for p in parts]))
+
+
+# Accelerator generations, oldest first, told apart by spec fields alone (never by name): the
+# narrowest tensor-core format with a peak rate. Ampere has none below 16 bit, Hopper fp8,
+# Blackwell fp4 (NVIDIA A100 / H100 / Blackwell architecture whitepapers).
+GENERATIONS = ("ampere", "hopper", "blackwell")
+
+
+def generation(accelerator) -> str:
+    """`GENERATIONS` entry of an `AcceleratorSpec` from its narrow-format peaks."""
+    if accelerator.peak_tflops_fp4 > 0:
+        return "blackwell"
+    return "hopper" if accelerator.peak_tflops_fp8 > 0 else "ampere"
+
+
 def _opt(row: pd.Series, key: str, default):
     value = row.get(key, default)
     return default if value is None or (isinstance(value, float) and math.isnan(value)) else value
@@ -64,6 +84,8 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
         accelerator = load_preset("hardware", str(row["gpu"]))
     except ConfigError as exc:
         raise ConfigError(f"{where}: gpu: {exc}") from None
+    if _opt(row, "power_limit_w", None) is not None:  # the run's power cap (nvidia-smi -pl)
+        accelerator = dataclasses.replace(accelerator, power_limit_w=float(row["power_limit_w"]))
     system = SystemSpec(name="cluster", num_devices=int(row["num_gpus"]),
                         devices_per_node=int(row["gpus_per_node"]), scale_up_domain=int(row["gpus_per_node"]),
                         scale_out_gbit_per_device=float(_opt(row, "scale_out_gbit_per_gpu",
@@ -74,12 +96,17 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
                       num_kv_heads=int(_opt(row, "num_kv_heads", heads)),
                       ffn_hidden_size=int(_opt(row, "ffn_hidden_size", 4 * int(row["hidden_size"]))),
                       ffn_type=str(_opt(row, "ffn_type", "gelu")), vocab_size=int(row["vocab_size"]),
-                      seq_length=int(row["seq_length"]))
+                      seq_length=int(row["seq_length"]), num_experts=int(_opt(row, "num_experts", 1)),
+                      top_k=int(_opt(row, "top_k", 1)),
+                      moe_ffn_hidden_size=(None if _opt(row, "moe_ffn_hidden_size", None) is None
+                                           else int(row["moe_ffn_hidden_size"])),
+                      num_shared_experts=int(_opt(row, "num_shared_experts", 0)))
+    fsdp = bool(int(_opt(row, "fsdp", 0)))
     mapping = MappingSpec(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), cp=int(_opt(row, "cp", 1)),
-                          vp=int(_opt(row, "vp", 1)), sequence_parallel=bool(int(_opt(row, "sequence_parallel", 0))),
+                          ep=int(_opt(row, "ep", 1)), vp=int(_opt(row, "vp", 1)), sequence_parallel=bool(int(_opt(row, "sequence_parallel", 0))),
                           micro_batch_size=int(row["micro_batch_size"]),
                           global_batch_size=int(row["global_batch_size"]), recompute=str(row["recompute"]),
-                          zero_stage=int(_opt(row, "zero_stage", 0)),
+                          zero_stage=3 if fsdp else int(_opt(row, "zero_stage", 0)), fsdp=fsdp,
                           distributed_optimizer=bool(int(_opt(row, "distributed_optimizer", 0))),
                           precision=str(row["precision"]),
                           flash_attention=bool(int(_opt(row, "flash_attention", int(flash_attention)))))

@@ -1,37 +1,48 @@
-"""Fit the global efficiency constants on all sources but one, report the error on the one left out.
+"""Held-out error of the global efficiency constants: leave one source out, leave one generation out.
 
-Run by hand: `python experiments/validation/leave_one_source_out.py`. Sources: Narayanan et al. 2021,
-Korthikanti et al. 2022 (published_runs.csv) and vTrain (vtrain_ground_truth_multi.csv).
+Run by hand: `python experiments/validation/leave_one_source_out.py` (add `--json` for one JSON
+line only). Two tables:
+
+1. leave one source out: fit on all sources but one (Narayanan et al. 2021 and Korthikanti et al.
+   2022 from published_runs.csv, vTrain), report the error on the one left out;
+2. leave one generation out (the modern_runs.csv rows with the older sources): fit on Ampere rows
+   only and report Hopper and Blackwell; fit on Ampere + Hopper and report Blackwell. A row's
+   generation comes from its accelerator's spec (`deepflow.validation.generation`): constants may
+   depend on a generation only through those spec fields, never on a row or a source.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 
 from analytical import DEFAULT_EFFICIENCY
-from deepflow.validation import Rows, fit_efficiency, read_rows, report
+from deepflow.validation import GENERATIONS, Rows, concat, fit_efficiency, generation, read_rows, report
 
 HERE = Path(__file__).resolve().parent
+HEADER = f"{'constants':34s} {'evaluated on':16s} {'n':>4s} {'mean|err|':>10s} {'max|err|':>9s} {'min tau':>8s}"
 
 
-def concat(parts: list[Rows]) -> Rows:
-    return Rows(sum((p.ids for p in parts), []), sum((p.groups for p in parts), []),
-                sum((p.sources for p in parts), []), sum((p.specs for p in parts), []),
-                np.concatenate([p.measured_s for p in parts]))
+def _line(label: str, name: str, s: dict, held_out: bool) -> str:
+    return (f"{label:34s} {name:16s} {s['n']:4d} {s['mape']:10.1%} {s['max_abs_error']:9.1%} "
+            f"{s.get('min_kendall_tau') or float('nan'):8.3f} {'held out' if held_out else ''}")
 
 
-def main() -> None:
+def _summary(s: dict) -> dict:
+    return {k: s.get(k) for k in ("n", "mape", "max_abs_error", "min_kendall_tau", "infeasible_rows")}
+
+
+def leave_one_source_out(quiet: bool) -> dict:
     published = read_rows(str(HERE / "published_runs.csv"))
     sources = {
         "narayanan21": published.subset(np.array([s.startswith("Narayanan") for s in published.sources])),
         "korthikanti22": published.subset(np.array([s.startswith("Korthikanti") for s in published.sources])),
         "vtrain": read_rows(str(HERE / "vtrain_ground_truth_multi.csv")),
     }
-    summary = {}
-    print(f"{'constants':28s} {'evaluated on':14s} {'n':>4s} {'mean|err|':>10s} {'max|err|':>9s} {'min tau':>8s}")
+    out = {}
     for left_out in [None, *sources]:
         if left_out is None:
             eff, label = DEFAULT_EFFICIENCY, "shipped defaults"
@@ -40,12 +51,47 @@ def main() -> None:
             label = f"fit without {left_out}"
         for name, rows in sources.items():
             s = report(rows, eff)["summary"]
-            tag = "held out" if name == left_out else ""
-            print(f"{label:28s} {name:14s} {s['n']:4d} {s['mape']:10.1%} {s['max_abs_error']:9.1%} "
-                  f"{s.get('min_kendall_tau', float('nan')):8.3f} {tag}")
-            summary[f"{label}|{name}"] = {k: s[k] for k in ("n", "mape", "max_abs_error")} | {
-                "min_kendall_tau": s.get("min_kendall_tau")}
-    print(json.dumps(summary))
+            if not quiet:
+                print(_line(label, name, s, name == left_out))
+            out[f"{label}|{name}"] = _summary(s)
+    return out
+
+
+def leave_one_generation_out(quiet: bool) -> dict:
+    """Fit on the older generations' rows (all visible files), report the newer ones."""
+    rows = concat([read_rows(str(HERE / f)) for f in ("published_runs.csv", "vtrain_ground_truth_multi.csv",
+                                                      "modern_runs.csv")])
+    gens = np.array([generation(spec[0]) for spec in rows.specs])
+    by_gen = {g: rows.subset(gens == g) for g in GENERATIONS if (gens == g).any()}
+    out = {}
+    for fit_on in (GENERATIONS[:1], GENERATIONS[:2]):
+        train = rows.subset(np.isin(gens, fit_on))
+        eff = fit_efficiency(train)
+        label = "fit on " + " + ".join(fit_on)
+        for g, part in by_gen.items():
+            s = report(part, eff)["summary"]
+            if not quiet:
+                print(_line(label, g, s, g not in fit_on))
+            out[f"{label}|{g}"] = _summary(s) | {"held_out": g not in fit_on}
+    for g, part in by_gen.items():  # the shipped constants, for comparison
+        s = report(part, DEFAULT_EFFICIENCY)["summary"]
+        if not quiet:
+            print(_line("shipped defaults", g, s, False))
+        out[f"shipped defaults|{g}"] = _summary(s)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print only the final JSON line")
+    args = parser.parse_args()
+    if not args.json:
+        print("leave one source out\n" + HEADER)
+    result = {"leave_one_source_out": leave_one_source_out(args.json)}
+    if not args.json:
+        print("\nleave one generation out\n" + HEADER)
+    result["leave_one_generation_out"] = leave_one_generation_out(args.json)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -228,6 +228,7 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
         peak_fp16_flops_per_s=uniform(100, 2500) * 1e12,
         peak_bf16_flops_per_s=torch.where(coin(0.9), uniform(100, 2500) * 1e12, torch.zeros(n, dtype=DTYPE)),
         peak_fp8_flops_per_s=torch.where(coin(0.5), uniform(400, 5000) * 1e12, torch.zeros(n, dtype=DTYPE)),
+        peak_fp4_flops_per_s=torch.where(coin(0.3), uniform(800, 10000) * 1e12, torch.zeros(n, dtype=DTYPE)),
         compute_units=ints(32, 160),
         sram_bytes=uniform(8, 256) * MIB,
         sram_bw_bytes_per_s=uniform(2, 40) * 1e12,
@@ -286,11 +287,18 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
         flop_energy_fp16_j=uniform(0.1, 2.0) * pj,
         flop_energy_bf16_j=uniform(0.1, 2.0) * pj,
         flop_energy_fp8_j=uniform(0.05, 1.0) * pj,
+        flop_energy_fp4_j=uniform(0.02, 0.5) * pj,
         sram_energy_j_per_byte=uniform(2.0, 20.0) * pj,
         hbm_energy_j_per_byte=uniform(15.0, 60.0) * pj,
         scale_up_energy_j_per_byte=uniform(16.0, 60.0) * pj,
         scale_out_energy_j_per_byte=uniform(40.0, 320.0) * pj,
         static_power_w=uniform(0.1, 0.35) * fields["tdp_w"],
+    )
+    # MoE widths, shared experts and FSDP (added later), drawn last for the same reason
+    fields.update(
+        moe_ffn_hidden_size=torch.where(experts > 1, torch.round(hidden * uniform(0.25, 4)), fields["ffn_hidden_size"]),
+        num_shared_experts=torch.where(experts > 1, ints(0, 2), torch.zeros(n, dtype=DTYPE)),
+        fsdp=(fields["zero_stage"] == 3).to(DTYPE) * ints(0, 1),
     )
     return DesignBatch(**fields)
 

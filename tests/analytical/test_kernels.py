@@ -51,7 +51,7 @@ def test_gemm_compute_time_closed_form():
     eff = DEFAULT_EFFICIENCY
     m, n, k = 16384.0, 12288.0, 12288.0
     waves = math.ceil(math.ceil(m / 128) * math.ceil(n / 128) / 108)
-    want = waves * 2 * 128 * 128 * (k + eff.gemm_tile_overhead_k) / (312e12 * eff.gemm_peak_fraction / 108)
+    want = waves * (2 * 128 * 128 * k / (312e12 * eff.gemm_peak_fraction / 108) + eff.gemm_tile_overhead_s)
     got = gemm_compute_time_s(t(m), t(n), t(k), t(1), t(312e12), t(108), t(128), t(128), eff)
     assert float(got[0]) == pytest.approx(want, rel=1e-12)
 
@@ -67,7 +67,7 @@ def test_tile_quantization_one_row_past_a_tile_is_slower_per_flop():
 
 def test_wave_quantization_one_tile_past_a_wave_costs_a_wave():
     # 108 tiles fill one wave on 108 units; 109 tiles need two
-    eff = Efficiency(gemm_tile_overhead_k=0.0)
+    eff = Efficiency(gemm_tile_overhead_s=0.0)
     one_wave = gemm_compute_time_s(t(128), t(108 * 128), t(4096), t(1), t(312e12), t(108), t(128), t(128), eff)
     two_waves = gemm_compute_time_s(t(128), t(109 * 128), t(4096), t(1), t(312e12), t(108), t(128), t(128), eff)
     assert float(two_waves[0]) == pytest.approx(2.0 * float(one_wave[0]), rel=1e-12)
@@ -145,5 +145,5 @@ def test_default_efficiency_fractions_are_fractions():
     for name, value in DEFAULT_EFFICIENCY.as_dict().items():
         if name.endswith("_fraction"):
             assert 0.0 < value <= 1.0, name
-    assert DEFAULT_EFFICIENCY.gemm_tile_overhead_k >= 0.0
+    assert DEFAULT_EFFICIENCY.gemm_tile_overhead_s >= 0.0
     assert DEFAULT_EFFICIENCY.layer_overhead_s >= 0.0

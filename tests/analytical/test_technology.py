@@ -188,8 +188,8 @@ def test_lookup(lookup, table, field):
 
 def test_mac_energy_unknown_precision():
     with pytest.raises(SpecError) as info:
-        logic_node("N7").mac_energy_j("fp4")
-    assert info.value.field == "precision" and "fp16" in str(info.value) and "fp4" in str(info.value)
+        logic_node("N7").mac_energy_j("int4")
+    assert info.value.field == "precision" and "fp16" in str(info.value) and "int4" in str(info.value)
 
 
 def test_validate_rejects_bad_rows():

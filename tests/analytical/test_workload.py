@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from analytical import MappingSpec
+from analytical import MappingSpec, ModelSpec
 from analytical.workload import (GEMM_SLOTS, active_params, activation_bytes_per_layer, attention_core_flops,
                                  gemm_bytes_per_element, layer_gemms, model_flops_per_step, total_params)
 
@@ -201,9 +201,32 @@ def test_flash_attention_drops_the_square(a100, system, design, gpt3, t):
 def test_fp32_activations_take_twice_the_bytes(a100, system, design, gpt3):
     assert activations(a100, system, design, gpt3, precision="fp32") == pytest.approx(
         2.0 * activations(a100, system, design, gpt3, precision="bf16"), rel=1e-12)
-    # fp8 training keeps 16-bit activations
-    assert activations(a100, system, design, gpt3, precision="fp8") == activations(
-        a100, system, design, gpt3, precision="bf16")
+
+
+@pytest.mark.parametrize("t", [1, 8])
+@pytest.mark.parametrize("precision, narrow_bytes", [("fp8", 1.0), ("mxfp8", 1.0 + 1.0 / 32.0),
+                                                     ("nvfp4", 0.5 + 1.0 / 16.0)])
+def test_narrow_formats_save_gemm_inputs_cast(a100, system, design, gpt3, t, precision, narrow_bytes):
+    # Transformer Engine saves the QKV, output-projection, fc1 and fc2 inputs in the GEMM format;
+    # everything else (norm inputs, Q/K/V, GeLU input, masks) stays 16-bit
+    b = 1
+    saved_16bit_bytes = 2.0 * S * b * H * (2.0 + 1.0 / t) + 2.0 * S * b * 4 * H / t
+    want = activations(a100, system, design, gpt3, tp=t) - saved_16bit_bytes * (1.0 - narrow_bytes / 2.0)
+    got = activations(a100, system, design, gpt3, tp=t, precision=precision)
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_llama_style_layers_keep_no_dropout_masks(a100, system, design):
+    gelu = ModelSpec(name="g", num_layers=2, hidden_size=1024, num_heads=8, ffn_hidden_size=4096,
+                     vocab_size=1000, seq_length=512)
+    swiglu = ModelSpec(name="s", num_layers=2, hidden_size=1024, num_heads=8, ffn_hidden_size=4096,
+                       ffn_type="swiglu", vocab_size=1000, seq_length=512)
+    m = MappingSpec(flash_attention=True)
+    th = 512 * 1024
+    got = float(activation_bytes_per_layer(design(a100, system, swiglu, m))[0])
+    gelu_bytes = float(activation_bytes_per_layer(design(a100, system, gelu, m))[0])
+    # swiglu adds the gate (2 bytes x tokens x ffn) and drops two 1-byte masks
+    assert got == pytest.approx(gelu_bytes + 2.0 * 512 * 4096 - 2.0 * th, rel=1e-12)
 
 
 def test_context_parallel_splits_activations(a100, system, design, gpt3):
