@@ -193,9 +193,10 @@ def report(rows: Rows, eff: Efficiency) -> dict:
     return {"summary": summary, "rows": out_rows, "by_group": by_group}
 
 
-FIT_FIELDS = ("gemm_peak_fraction", "gemm_tile_overhead_k", "hbm_bw_fraction", "scale_out_bw_fraction",
-              "zero3_comm_fraction", "overlap_compute_slowdown", "layer_overhead_s")
-FIT_BOUNDS = {"gemm_peak_fraction": (0.5, 1.0), "gemm_tile_overhead_k": (0.0, 2048.0), "hbm_bw_fraction": (0.3, 1.0),
+FIT_FIELDS = ("gemm_peak_fraction", "gemm_tile_overhead_s", "narrow_gemm_peak_fraction", "hbm_bw_fraction",
+              "scale_out_bw_fraction", "zero3_comm_fraction", "overlap_compute_slowdown", "layer_overhead_s")
+FIT_BOUNDS = {"gemm_peak_fraction": (0.5, 1.0), "gemm_tile_overhead_s": (0.0, 2e-5),
+              "narrow_gemm_peak_fraction": (0.3, 1.0), "hbm_bw_fraction": (0.3, 1.0),
               "scale_out_bw_fraction": (0.1, 1.0), "zero3_comm_fraction": (0.02, 1.0),
               "overlap_compute_slowdown": (1.0, 3.0), "layer_overhead_s": (0.0, 5e-3)}
 
