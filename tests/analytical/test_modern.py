@@ -1,0 +1,150 @@
+"""What modern clusters add: narrow formats (fp8, mxfp8, nvfp4), FSDP, MoE expert widths and shared
+experts, power limits (analytical.power_cap)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from analytical import Efficiency, MappingSpec, ModelSpec, Reason, SpecError, evaluate
+from analytical.memory import memory_breakdown, params_per_device
+from analytical.power_cap import capped_operating_point
+from analytical.step import gemm_peak_fraction
+from analytical.workload import gemm_bytes_per_element, layer_gemms, layer_params, mlp_width
+
+
+def test_narrow_formats_run_at_their_format_peak(h100, system, design, llama7b):
+    b200_like = dataclasses.replace(h100, name="fp4-chip", peak_tflops_fp4=2.0 * h100.peak_tflops_fp8)
+    from analytical.feasibility import peak_for_precision
+
+    for precision, want in (("bf16", 989.4), ("fp8", 1978.9), ("mxfp8", 1978.9), ("nvfp4", 3957.8)):
+        d = design(b200_like, system, llama7b, MappingSpec(precision=precision))
+        assert float(peak_for_precision(d)[0]) == pytest.approx(want * 1e12, rel=1e-12)
+
+
+def test_nvfp4_needs_an_fp4_datapath(h100, system, run, llama7b):
+    result = run(h100, system, llama7b, MappingSpec(precision="nvfp4", global_batch_size=8))
+    assert not bool(result.feasible[0]) and int(result.reason[0]) == int(Reason.PRECISION_UNSUPPORTED)
+
+
+@pytest.mark.parametrize("precision, fraction_field", [("bf16", "gemm_peak_fraction"), ("fp16", "gemm_peak_fraction"),
+                                                       ("fp8", "narrow_gemm_peak_fraction"),
+                                                       ("mxfp8", "narrow_gemm_peak_fraction")])
+def test_narrow_gemms_use_their_own_fraction(h100, system, design, llama7b, precision, fraction_field):
+    eff = Efficiency(gemm_peak_fraction=0.71, narrow_gemm_peak_fraction=0.53)
+    d = design(h100, system, llama7b, MappingSpec(precision=precision))
+    assert float(gemm_peak_fraction(d, eff)[0]) == getattr(eff, fraction_field)
+
+
+def test_narrow_gemm_efficiency_only_moves_narrow_designs(h100, system, design, llama7b):
+    slow = Efficiency(narrow_gemm_peak_fraction=0.4)
+    bf16 = design(h100, system, llama7b, MappingSpec(precision="bf16", global_batch_size=8))
+    fp8 = design(h100, system, llama7b, MappingSpec(precision="fp8", global_batch_size=8))
+    assert float(evaluate(bf16, slow).step_time_s[0]) == float(evaluate(bf16).step_time_s[0])
+    assert float(evaluate(fp8, slow).step_time_s[0]) > float(evaluate(fp8).step_time_s[0])
+
+
+def test_narrow_formats_bytes(h100, system, design, llama7b):
+    got = [float(gemm_bytes_per_element(design(h100, system, llama7b, MappingSpec(precision=p)))[0])
+           for p in ("bf16", "fp8", "mxfp8", "nvfp4")]
+    assert got == [2.0, 1.0, 1.0 + 1.0 / 32.0, 0.5 + 1.0 / 16.0]
+
+
+def test_fp8_adds_cast_traffic_and_keeps_attention_16bit(h100, system, run, llama7b):
+    # with a narrow fraction equal to bf16's, the fp8 GEMMs take half the time but the step does not
+    # halve: casts, 16-bit attention and the 16-bit output layer stay
+    eff = Efficiency(narrow_gemm_peak_fraction=Efficiency().gemm_peak_fraction)
+    bf16 = evaluate_one(run, h100, system, llama7b, MappingSpec(precision="bf16", global_batch_size=8), eff)
+    fp8 = evaluate_one(run, h100, system, llama7b, MappingSpec(precision="fp8", global_batch_size=8), eff)
+    assert 0.5 * float(bf16.step_time_s[0]) < float(fp8.step_time_s[0]) < float(bf16.step_time_s[0])
+
+
+def test_fsdp_runs_zero3_at_the_collective_bound(h100, make_system, run, llama7b):
+    system = make_system(64)
+    eff = Efficiency(zero3_comm_fraction=0.25, overlap_compute_slowdown=1.0)
+    base = dict(dp=64, zero_stage=3, global_batch_size=64, micro_batch_size=1)
+    deepspeed = evaluate_one(run, h100, system, llama7b, MappingSpec(**base), eff)
+    fsdp = evaluate_one(run, h100, system, llama7b, MappingSpec(**base, fsdp=True), eff)
+    # the collectives themselves are 4x faster; exposed time can only shrink
+    assert float(fsdp.time_breakdown_s["dp_comm"][0]) <= float(deepspeed.time_breakdown_s["dp_comm"][0])
+    assert float(fsdp.step_time_s[0]) < float(deepspeed.step_time_s[0])
+    assert float(fsdp.memory_per_device_bytes[0]) == float(deepspeed.memory_per_device_bytes[0])
+
+
+def evaluate_one(run, accelerator, system, model, mapping, eff):
+    from analytical import single_design
+
+    return evaluate(single_design(accelerator, system, model, mapping), eff)
+
+
+def test_fsdp_needs_zero_stage_3():
+    with pytest.raises(SpecError) as info:
+        MappingSpec(fsdp=True, zero_stage=1).validate()
+    assert info.value.field == "fsdp"
+
+
+def deepseek_like(shared: int) -> ModelSpec:
+    return ModelSpec(name="moe", num_layers=4, hidden_size=1024, num_heads=8, ffn_hidden_size=4096, ffn_type="swiglu",
+                     vocab_size=1000, seq_length=512, num_experts=16, top_k=4, moe_ffn_hidden_size=256,
+                     num_shared_experts=shared)
+
+
+@pytest.mark.parametrize("shared", [0, 1, 2])
+def test_moe_expert_width_and_shared_experts(h100, system, design, shared):
+    d = design(h100, system, deepseek_like(shared), MappingSpec(flash_attention=True))
+    h, f = 1024, 256
+    dense, expert = layer_params(d)
+    assert float(expert[0]) == 16 * 3 * h * f  # routed experts: gate, up, down of width 256
+    attention_norms = 4 * h * h + 2 * h
+    router = 16 * h
+    assert float(dense[0]) == attention_norms + router + shared * 3 * h * f
+    assert float(mlp_width(d)[0]) == f * (4 + shared)
+    # the expert GEMMs carry top_k + shared experts' worth of tokens
+    g = layer_gemms(d)
+    up = 4  # ffn_up slot
+    assert float((g.m[0, up] * g.count[0, up])) == pytest.approx(512 * (4 + shared), rel=1e-12)
+    assert float(g.n[0, up]) == 2 * f and float(g.k[0, up]) == h
+
+
+def test_dense_models_ignore_moe_fields(h100, system, design, llama7b):
+    wide = dataclasses.replace(llama7b, moe_ffn_hidden_size=99, num_shared_experts=3)
+    a, b = design(h100, system, llama7b, MappingSpec()), design(h100, system, wide, MappingSpec())
+    assert float(params_per_device(a)[0]) == float(params_per_device(b)[0])
+    assert float(evaluate(a).step_time_s[0]) == float(evaluate(b).step_time_s[0])
+
+
+def test_power_limit_at_or_above_tdp_changes_nothing(h100, system, run, llama7b):
+    m = MappingSpec(global_batch_size=8)
+    base = run(h100, system, llama7b, m)
+    for limit in (700.0, 800.0):
+        capped = run(dataclasses.replace(h100, power_limit_w=limit), system, llama7b, m)
+        assert float(capped.step_time_s[0]) == float(base.step_time_s[0])
+
+
+def test_power_limit_slows_the_clock_monotonically(h100, system, run, llama7b):
+    ratios = [capped_operating_point(h100, w) for w in (300.0, 400.0, 500.0, 600.0, 699.0)]
+    clocks = [r[0] for r in ratios]
+    volts = [r[1] for r in ratios]
+    assert clocks == sorted(clocks) and volts == sorted(volts) and all(0.0 < c < 1.0 for c in clocks)
+    m = MappingSpec(global_batch_size=8)
+    base = run(h100, system, llama7b, m)
+    capped = run(dataclasses.replace(h100, power_limit_w=500.0), system, llama7b, m)
+    assert float(capped.step_time_s[0]) > float(base.step_time_s[0])
+    assert float(capped.avg_power_w[0]) < float(base.avg_power_w[0])
+
+
+def test_power_limit_is_validated(h100):
+    with pytest.raises(SpecError) as info:
+        dataclasses.replace(h100, power_limit_w=-5.0).validate()
+    assert info.value.field == "power_limit_w"
+
+
+def test_fp8_memory_holds_a_cast_weight_copy(h100, system, design, llama7b):
+    d8 = design(h100, system, llama7b, MappingSpec(precision="fp8"))
+    d16 = design(h100, system, llama7b, MappingSpec(precision="bf16"))
+    p = float(params_per_device(d8)[0])
+    w8, w16 = float(memory_breakdown(d8)["weights"][0]), float(memory_breakdown(d16)["weights"][0])
+    assert w8 - w16 == pytest.approx(p, rel=1e-12)
+    assert torch.isfinite(evaluate(d8).step_time_s).all()
