@@ -110,8 +110,19 @@ def flop_energy_for_precision(d: DesignBatch) -> torch.Tensor:
     return per_precision(d, "flop_energy_", "_j")
 
 
-def compute_energy_j(flops: torch.Tensor, flop_energy_j_: torch.Tensor) -> torch.Tensor:
-    return flops * flop_energy_j_
+def compute_energy_j(flops: torch.Tensor, flop_energy_j_: torch.Tensor, units_power_w: torch.Tensor,
+                     busy_s: torch.Tensor, num_devices: torch.Tensor) -> torch.Tensor:
+    """Compute units: the per-FLOP share of their energy for the FLOPs executed, plus the clocked
+    share (`silicon.CLOCKED_SHARE`) of their power at peak for the time their kernels run."""
+    share = silicon.CLOCKED_SHARE
+    return (1.0 - share) * flops * flop_energy_j_ + share * units_power_w * busy_s * num_devices
+
+
+def units_power_at_peak_w(d: DesignBatch) -> torch.Tensor:
+    """`(batch,)` dynamic power of the compute units running flat out: the highest over number formats
+    of peak FLOP/s x J per FLOP (`units_dynamic_power_w` of a batch)."""
+    return torch.stack([getattr(d, f"peak_{f}_flops_per_s") * getattr(d, f"flop_energy_{f}_j")
+                        for f in PEAK_FORMATS], dim=-1).amax(-1)
 
 
 def sram_energy_j(sram_bytes: torch.Tensor, energy_j_per_byte: torch.Tensor) -> torch.Tensor:
@@ -287,14 +298,17 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
 
 # ---- the step ----------------------------------------------------------------------------------------
 
-def step_energy(d: DesignBatch, gemms: Gemms, params: torch.Tensor,
-                step_time_s: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Energy breakdown of one step, all devices (`ENERGY_PARTS`, each `(batch,)` in J)."""
+def step_energy(d: DesignBatch, gemms: Gemms, params: torch.Tensor, step_time_s: torch.Tensor,
+                busy_s: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Energy breakdown of one step, all devices (`ENERGY_PARTS`, each `(batch,)` in J). `busy_s` is
+    the time a device runs kernels (the step less the pipeline bubble; the step when not given)."""
+    busy_s = step_time_s if busy_s is None else busy_s
     work = step_work(d, gemms, params)
     up_bytes, out_bytes = network_bytes(d, params)
     up_hops, out_hops = link_traversals(d)
     return {
-        "compute": compute_energy_j(work["flops"], flop_energy_for_precision(d)),
+        "compute": compute_energy_j(work["flops"], flop_energy_for_precision(d), units_power_at_peak_w(d),
+                                    busy_s, d.num_devices),
         "sram": sram_energy_j(work["sram_bytes"], d.sram_energy_j_per_byte),
         "hbm": hbm_energy_j(work["hbm_bytes"], d.hbm_energy_j_per_byte),
         "scale_up": network_energy_j(up_bytes, up_hops, d.scale_up_energy_j_per_byte),

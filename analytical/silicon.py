@@ -43,6 +43,13 @@ import math
 # derivation absorbs them in its supply (A100 runs above nominal V, H100 below) and its unit count.
 # tests/analytical/test_silicon.py re-derives the fit and its residuals.
 COMPUTE_ENERGY_OVERHEAD = 5.5
+# Share of that compute power which a device draws whenever its kernels run, whatever the share of
+# peak FLOP/s they reach (clock tree, instruction issue, register files and operand delivery keep
+# switching while warps stall on memory, on a collective or in a memory-bound kernel); the rest is
+# drawn per FLOP executed. Running flat out the two add up to the same power, so the TDP fit above
+# holds. FITTED on the measured training power of experiments/benchmarks/bench_energy.py (see
+# there); 0 would price only FLOPs, which put a GPU training at 50 % MFU at about half its measured draw.
+CLOCKED_SHARE = 0.6
 # Leakage power ~ V^n: subthreshold current rises ~V^2 through DIBL over the operating range, times V.
 # ESTIMATE.
 LEAKAGE_VOLTAGE_EXPONENT = 3.0

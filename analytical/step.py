@@ -350,7 +350,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     reason = mapping_reasons(d, peak_raw)
     oom = memory_total > d.hbm_bytes
     reason = torch.where((reason == 0) & oom, torch.full_like(reason, int(Reason.OUT_OF_MEMORY)), reason)
-    energy_parts = energy.step_energy(d, gemms, params, step_time)
+    energy_parts = energy.step_energy(d, gemms, params, step_time, step_time - breakdown["pipeline_bubble"])
     energy_totals = energy.energy_summary(d, energy_parts, step_time)
     reason = energy.power_reason(reason, energy_totals["avg_power_w"], d.tdp_w)
 

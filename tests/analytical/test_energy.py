@@ -11,6 +11,7 @@ import torch
 
 from analytical import MappingSpec, ModelSpec, Reason, SpecError, evaluate, single_design, stack_designs
 from analytical import energy, silicon
+from analytical.silicon import CLOCKED_SHARE
 from analytical.memory import params_per_device
 from analytical.technology import LINK_TECHS, LOGIC_NODES, MEMORY_TECHS
 
@@ -88,7 +89,11 @@ def test_terms_of_a_single_gemm_step(a100):
     hbm_bytes = 3 * elem * (M * K + K * N + M * N) + 34.0 * K * N
     sram_bytes = 3 * elem * M * N * K * (1 / 128 + 1 / 128) + 34.0 * K * N
     parts = {k: float(v) for k, v in r.energy_breakdown_j.items()}
-    assert parts["compute"] == pytest.approx(flops * float(d.flop_energy_bf16_j), rel=1e-12)
+    k = CLOCKED_SHARE
+    units_power_w = max(float(getattr(d, f"peak_{f}_flops_per_s")) * float(getattr(d, f"flop_energy_{f}_j"))
+                        for f in ("fp32", "tf32", "fp16", "bf16", "fp8", "fp4"))
+    want = (1 - k) * flops * float(d.flop_energy_bf16_j) + k * units_power_w * float(r.step_time_s)
+    assert parts["compute"] == pytest.approx(want, rel=1e-12)
     assert parts["hbm"] == pytest.approx(hbm_bytes * float(d.hbm_energy_j_per_byte), rel=1e-12)
     assert parts["sram"] == pytest.approx(sram_bytes * float(d.sram_energy_j_per_byte), rel=1e-12)
     assert parts["scale_up"] == 0.0 and parts["scale_out"] == 0.0
@@ -147,17 +152,19 @@ def test_each_term_scales_with_its_own_energy(llama_design):
     base = evaluate(d)
     check_parts(base)
     assert all(float(v) > 0 for v in base.energy_breakdown_j.values())
-    for field, part in (("flop_energy_bf16_j", "compute"), ("sram_energy_j_per_byte", "sram"),
-                        ("hbm_energy_j_per_byte", "hbm"), ("scale_up_energy_j_per_byte", "scale_up"),
-                        ("scale_out_energy_j_per_byte", "scale_out"), ("static_power_w", "static")):
-        doubled = evaluate(d.replace(**{field: 2.0 * getattr(d, field)}))
+    flop_fields = tuple(f"flop_energy_{f}_j" for f in ("fp32", "tf32", "fp16", "bf16", "fp8", "fp4"))
+    for fields, part in ((flop_fields, "compute"), (("sram_energy_j_per_byte",), "sram"),
+                         (("hbm_energy_j_per_byte",), "hbm"), (("scale_up_energy_j_per_byte",), "scale_up"),
+                         (("scale_out_energy_j_per_byte",), "scale_out"), (("static_power_w",), "static")):
+        doubled = evaluate(d.replace(**{field: 2.0 * getattr(d, field) for field in fields}))
         for name in PARTS:
             factor = 2.0 if name == part else 1.0
             torch.testing.assert_close(doubled.energy_breakdown_j[name], factor * base.energy_breakdown_j[name],
-                                       rtol=1e-12, atol=0, msg=f"{field} -> {name}")
+                                       rtol=1e-12, atol=0, msg=f"{fields} -> {name}")
         torch.testing.assert_close(doubled.step_time_s, base.step_time_s, rtol=0, atol=0)
-    # fp8 prices its own FLOPs; other precisions' energies do not matter
-    other = evaluate(d.replace(flop_energy_fp8_j=3.0 * d.flop_energy_fp8_j))
+    # a bf16 step prices its FLOPs at bf16's energy: a cheaper fp32 FLOP (not the units' most
+    # power-hungry format, so not their power at peak either) changes nothing
+    other = evaluate(d.replace(flop_energy_fp32_j=0.5 * d.flop_energy_fp32_j))
     torch.testing.assert_close(other.energy_j, base.energy_j, rtol=0, atol=0)
     # static = static power x step time x devices
     torch.testing.assert_close(base.energy_breakdown_j["static"], d.static_power_w * base.step_time_s * 64.0,
