@@ -112,6 +112,7 @@ class DesignBatch:
     flash_attention: torch.Tensor
     overlap_dp_comm: torch.Tensor
     overlap_tp_comm: torch.Tensor
+    overlap_pp_comm: torch.Tensor
 
     @property
     def batch_size(self) -> int:
@@ -223,6 +224,7 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "flash_attention": float(mapping.flash_attention),
         "overlap_dp_comm": float(mapping.overlap_dp_comm),
         "overlap_tp_comm": float(mapping.overlap_tp_comm),
+        "overlap_pp_comm": float(mapping.overlap_pp_comm),
     }
 
 

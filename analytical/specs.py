@@ -244,6 +244,9 @@ class MappingSpec:
     flash_attention: bool = True
     overlap_dp_comm: bool = False
     overlap_tp_comm: bool = False
+    # pipeline sends and receives of the steady 1F1B phase overlapped with compute (Megatron-Core's
+    # overlap_p2p_comm, with interleaving): only the fill and flush transfers stay exposed
+    overlap_pp_comm: bool = False
 
     def validate(self) -> "MappingSpec":
         spec = f"mapping[{self.name}]"
@@ -258,7 +261,7 @@ class MappingSpec:
         _check_choice(spec, self, "recompute", RECOMPUTE)
         _check_choice(spec, self, "precision", PRECISIONS)
         _check_bool(spec, self, ("sequence_parallel", "fsdp", "distributed_optimizer", "flash_attention",
-                                 "overlap_dp_comm", "overlap_tp_comm"))
+                                 "overlap_dp_comm", "overlap_tp_comm", "overlap_pp_comm"))
         return self
 
 

@@ -255,12 +255,13 @@ def _output_layer(d: DesignBatch, peak, elem, eff: Efficiency) -> dict[str, torc
 
 def _pipeline_p2p_s(d: DesignBatch, links, elem, micro_batches) -> torch.Tensor:
     """Exposed point-to-point transfers of the 1F1B (or interleaved) schedule: one forward and one
-    backward per micro-batch and model chunk, plus the fill. With Megatron's scatter-gather each
-    tp rank sends 1/tp of the activation."""
+    backward per micro-batch and model chunk, plus the fill; only the fill and flush with
+    `overlap_pp_comm`. With Megatron's scatter-gather each tp rank sends 1/tp of the activation."""
     pp_bw, pp_alpha = coll.p2p_link(d.pp, d.tp * d.cp * d.dp, d.scale_up_domain, *links)
     p2p_bytes = local_tokens(d) * d.hidden_size * elem / d.tp
     p2p = torch.where(d.pp > 1, coll.p2p_time_s(p2p_bytes, pp_bw, pp_alpha), torch.zeros_like(d.pp))
-    return 2.0 * p2p * (micro_batches * d.vp + d.pp - 1.0)
+    steady = micro_batches * d.vp * (1.0 - d.overlap_pp_comm)
+    return 2.0 * p2p * (steady + d.pp - 1.0)
 
 
 def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches, eff: Efficiency) -> torch.Tensor:

@@ -109,7 +109,8 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
                           zero_stage=3 if fsdp else int(_opt(row, "zero_stage", 0)), fsdp=fsdp,
                           distributed_optimizer=bool(int(_opt(row, "distributed_optimizer", 0))),
                           precision=str(row["precision"]),
-                          flash_attention=bool(int(_opt(row, "flash_attention", int(flash_attention)))))
+                          flash_attention=bool(int(_opt(row, "flash_attention", int(flash_attention)))),
+                          **{f"overlap_{k}_comm": bool(int(_opt(row, f"overlap_{k}_comm", 0))) for k in ("dp", "tp", "pp")})
     for spec in (system, model, mapping):
         try:
             spec.validate()

@@ -299,6 +299,7 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
         moe_ffn_hidden_size=torch.where(experts > 1, torch.round(hidden * uniform(0.25, 4)), fields["ffn_hidden_size"]),
         num_shared_experts=torch.where(experts > 1, ints(0, 2), torch.zeros(n, dtype=DTYPE)),
         fsdp=(fields["zero_stage"] == 3).to(DTYPE) * ints(0, 1),
+        overlap_pp_comm=ints(0, 1),
     )
     return DesignBatch(**fields)
 

@@ -187,7 +187,7 @@ def test_recompute_order_on_gpt3(a100, make_system, gpt3, run, flash):
 
 def test_overlap_never_increases_step_time(random_designs_20k):
     d = random_designs_20k
-    for flag in ("overlap_dp_comm", "overlap_tp_comm"):
+    for flag in ("overlap_dp_comm", "overlap_tp_comm", "overlap_pp_comm"):
         off = evaluate(d.replace(**{flag: 0.0}))
         on = evaluate(d.replace(**{flag: 1.0}))
         assert_never_slower(off, on, flag)
