@@ -49,7 +49,7 @@ COMPUTE_ENERGY_OVERHEAD = 5.5
 # drawn per FLOP executed. Running flat out the two add up to the same power, so the TDP fit above
 # holds. FITTED on the measured training power of experiments/benchmarks/bench_energy.py (see
 # there); 0 would price only FLOPs, which put a GPU training at 50 % MFU at about half its measured draw.
-CLOCKED_SHARE = 0.6
+CLOCKED_SHARE = 1.0
 # Leakage power ~ V^n: subthreshold current rises ~V^2 through DIBL over the operating range, times V.
 # ESTIMATE.
 LEAKAGE_VOLTAGE_EXPONENT = 3.0
