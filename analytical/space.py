@@ -146,12 +146,14 @@ class Parameter:
 @dataclass
 class DesignSpace:
     """Parameters varied around a template design (a `DesignBatch` of one) and, optionally, a
-    template chip (`ChipSpec`) whose derived accelerator replaces the template's."""
+    template chip (`ChipSpec`) whose derived accelerator replaces the template's. `efficiency`: the
+    constants `evaluate` uses (a calibration's, else the defaults)."""
 
     name: str
     parameters: tuple[Parameter, ...]
     template: DesignBatch
     chip: Optional[ChipSpec] = None
+    efficiency: Efficiency = DEFAULT_EFFICIENCY
 
     def validate(self) -> "DesignSpace":
         if self.template.batch_size != 1:
@@ -260,11 +262,12 @@ class DesignSpace:
         return sample_unit_cube(self.name, self.dim, n, method, seed,
                                 self.known_feasible if known_feasible else None, max_draws)
 
-    def evaluate(self, u: torch.Tensor, eff: Efficiency = DEFAULT_EFFICIENCY) -> StepResult:
-        """The analytical model on `(n, d)` points: infeasible points are answers, not errors. With
-        a chip template, a chip that cannot be built gives its reason (codes 14 and up)."""
+    def evaluate(self, u: torch.Tensor, eff: Optional[Efficiency] = None) -> StepResult:
+        """The analytical model on `(n, d)` points (with `eff`, else the space's `efficiency`):
+        infeasible points are answers, not errors. With a chip template, a chip that cannot be built
+        gives its reason (codes 14 and up)."""
         batch, derived = self.to_batch_and_chip(u)
-        result = evaluate(batch, eff)
+        result = evaluate(batch, self.efficiency if eff is None else eff)
         if derived is None:
             return result
         reason = torch.where(derived.reason != 0, derived.reason, result.reason)

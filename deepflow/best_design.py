@@ -65,10 +65,11 @@ def chip_line(c: dict[str, Any]) -> str:
             f"GB/s, scale-out {c['scale_out_gbit_per_s']:.0f} Gbit/s")
 
 
-def roundtrip_step_time_s(sections: dict[str, dict]) -> tuple[tuple, float]:
-    """`(specs, step time)` of a design config as `deepflow evaluate design=<file>` computes them."""
-    from analytical import evaluate
+def roundtrip_step_time_s(sections: dict[str, dict], eff=None) -> tuple[tuple, float]:
+    """`(specs, step time)` of a design config as `deepflow evaluate design=<file>` computes them
+    (with the efficiency constants `eff`, e.g. a calibration's; None: the defaults)."""
+    from analytical import DEFAULT_EFFICIENCY, evaluate
     from deepflow.config import design_from_config
 
     specs, design, _ = design_from_config(OmegaConf.create(sections))
-    return specs, float(evaluate(design).step_time_s[0])
+    return specs, float(evaluate(design, DEFAULT_EFFICIENCY if eff is None else eff).step_time_s[0])

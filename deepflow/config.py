@@ -115,10 +115,13 @@ def space_from_config(cfg: DictConfig):
     hardware, system, model and mapping groups (its mapping fields are the template's defaults).
     Its chip template is the `chip` group, else the preset the space config names under `chip:`
     (spaces that vary chip inputs need one); with a chip template every point's accelerator is
-    derived (so `chip=<preset> space=mapping-only` searches mappings on the derived chip)."""
+    derived (so `chip=<preset> space=mapping-only` searches mappings on the derived chip). Its
+    efficiency constants are the config's calibration's (`calibration=<file>`, for the template's
+    accelerator or chip), else the defaults."""
     from analytical.design import single_design
     from analytical.space import DesignSpace, parameters_from_dicts
     from analytical.specs import SpecError
+    from deepflow.calibration import efficiency_of
 
     space = OmegaConf.to_container(cfg.space, resolve=True)
     chip = chip_from_config(cfg)
@@ -128,9 +131,11 @@ def space_from_config(cfg: DictConfig):
         chip = load_preset("chip", str(space["chip"]))
     try:
         params = parameters_from_dicts(space.get("parameters", []))
-        template = single_design(*(to_spec(g, cfg[g]) for g in ("hardware", "system", "model", "mapping")))
+        specs = tuple(to_spec(g, cfg[g]) for g in ("hardware", "system", "model", "mapping"))
+        template = single_design(*specs)
+        efficiency = efficiency_of(cfg, chip.name if chip is not None else specs[0].name)
         return DesignSpace(name=str(space.get("name", "space")), parameters=params, template=template,
-                           chip=chip).validate()
+                           chip=chip, efficiency=efficiency).validate()
     except SpecError as exc:
         if exc.field == "chip":
             from deepflow.presets import available

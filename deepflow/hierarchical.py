@@ -26,7 +26,7 @@ from typing import Optional
 import torch
 
 from analytical.design import DTYPE, DesignBatch
-from analytical.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from analytical.efficiency import Efficiency
 from analytical.search import MAPPING_FIELDS, SearchOptions, enumerate_mappings_of
 from analytical.space import DesignSpace, sample_unit_cube
 from analytical.specs import SpecError
@@ -36,16 +36,19 @@ from analytical.step import StepResult, evaluate
 class BestMappingSpace:
     """The outer space of `space` with the mapping chosen by exhaustive search (module docstring)."""
 
-    def __init__(self, space: DesignSpace, options: Optional[SearchOptions] = None, cache_size: int = 4096):
+    def __init__(self, space: DesignSpace, options: Optional[SearchOptions] = None, cache_size: int = 4096,
+                 efficiency: Optional[Efficiency] = None):
         outer = tuple(p for p in space.parameters if p.name not in MAPPING_FIELDS)
         if not outer:
             raise SpecError(f"space[{space.name}]", "parameters", space.names,
                             "some parameter outside the mapping for inner=best_mapping")
-        self.space = space
-        self.outer = dataclasses.replace(space, name=f"{space.name}/outer", parameters=outer)
+        # the constants of the inner search and of `evaluate` (a calibration's): the space's own by default
+        self.efficiency = space.efficiency if efficiency is None else efficiency
+        self.space = dataclasses.replace(space, efficiency=self.efficiency)
+        self.outer = dataclasses.replace(self.space, name=f"{space.name}/outer", parameters=outer)
         self.options = options
         self.cache_size = cache_size
-        self._cache: dict[bytes, dict[str, float]] = {}  # outer point -> its best mapping's fields
+        self._cache: dict[tuple, dict[str, float]] = {}  # (constants, outer point) -> its best mapping's fields
 
     # the DesignSpace surface the loop and strategies use
     @property
@@ -83,12 +86,12 @@ class BestMappingSpace:
                                 self.known_feasible if known_feasible else None, max_draws)
 
     # the inner search
-    def best_mapping(self, design: DesignBatch, eff: Efficiency = DEFAULT_EFFICIENCY) -> Optional[dict[str, float]]:
+    def best_mapping(self, design: DesignBatch, eff: Optional[Efficiency] = None) -> Optional[dict[str, float]]:
         """The mapping fields of the fastest feasible mapping of one design (a batch of one), or None."""
         grid = enumerate_mappings_of(design, self.options)
         if grid.batch_size == 0:
             return None
-        result = evaluate(grid, eff)
+        result = evaluate(grid, self.efficiency if eff is None else eff)
         time_s = torch.where(result.feasible, result.step_time_s, torch.full_like(result.step_time_s, math.inf))
         best = int(torch.argmin(time_s))
         if not bool(result.feasible[best]):
@@ -99,7 +102,7 @@ class BestMappingSpace:
         batch, derived = self.outer.to_batch_and_chip(u.detach())
         out = []
         for i in range(u.shape[0]):
-            key = u[i].detach().numpy().tobytes()
+            key = (eff, u[i].detach().numpy().tobytes())
             if key not in self._cache:
                 if len(self._cache) >= self.cache_size:
                     self._cache.pop(next(iter(self._cache)))
@@ -108,11 +111,11 @@ class BestMappingSpace:
             out.append(self._cache[key])
         return out
 
-    def to_batch(self, u: torch.Tensor, eff: Efficiency = DEFAULT_EFFICIENCY) -> DesignBatch:
+    def to_batch(self, u: torch.Tensor, eff: Optional[Efficiency] = None) -> DesignBatch:
         """`(n, d)` outer points to their designs with their best mappings (the template's mapping
         where none is feasible); differentiable in the continuous coordinates of u."""
         batch = self.outer.to_batch(u)
-        mappings = self._mappings(u, eff)
+        mappings = self._mappings(u, self.efficiency if eff is None else eff)
         columns = {}
         for name in MAPPING_FIELDS:
             default = getattr(batch, name)
@@ -120,8 +123,10 @@ class BestMappingSpace:
             columns[name] = torch.tensor(values, dtype=DTYPE)
         return batch.replace(**columns)
 
-    def evaluate(self, u: torch.Tensor, eff: Efficiency = DEFAULT_EFFICIENCY) -> StepResult:
-        """Each outer point evaluated with its best mapping (module docstring)."""
+    def evaluate(self, u: torch.Tensor, eff: Optional[Efficiency] = None) -> StepResult:
+        """Each outer point evaluated with its best mapping (module docstring), with `eff`, else the
+        space's `efficiency`."""
+        eff = self.efficiency if eff is None else eff
         batch = self.to_batch(u, eff)
         result = evaluate(batch, eff)
         if self.outer.chip is None:

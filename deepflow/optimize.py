@@ -140,13 +140,14 @@ class OptimizationRun:
                                                getattr(base_space(job.space), "chip", None))
             row = job.space.evaluate(x.reshape(1, -1)).row(0)
             recorded = float(frame.loc[best, "step_time_s"])
+            again_with = "" if job.calibration is None else f" calibration={Path(job.calibration.path).resolve()}"
             header = (f"Best design of `deepflow optimize` run {store.run_id} ({job.name}), evaluation "
                       f"{int(frame.loc[best, 'index'])} of {len(frame)}: step time {recorded:.6g} s.\n"
-                      f"Evaluate it again:  deepflow evaluate design={d / 'best_design.yaml'}")
+                      f"Evaluate it again:  deepflow evaluate design={d / 'best_design.yaml'}{again_with}")
             if unmapped:
                 header += f"\nNOT written back (no spec field): {', '.join(unmapped)}"
             (d / "best_design.yaml").write_text(design_yaml(sections, header))
-            specs, again = roundtrip_step_time_s(sections)
+            specs, again = roundtrip_step_time_s(sections, base_space(job.space).efficiency)
             if not math.isclose(again, recorded, rel_tol=1e-9):
                 print(f"deepflow: warning: best_design.yaml evaluates to {again:.9g} s, the run recorded "
                       f"{recorded:.9g} s", file=sys.stderr)
@@ -220,9 +221,13 @@ def start_job(job: Job, client, parent_run_id: Optional[str] = None, quiet: bool
     store = RunStore.create(job.output_dir, job.name, run_id, OmegaConf.to_yaml(job.cfg, resolve=True),
                             {"run_id": run_id, "tracking_uri": job.uri, "experiment": job.experiment,
                              "experiment_id": experiment_id, "status": "running", "mlflow_synced": 0,
-                             "overrides": job.overrides})
+                             "overrides": job.overrides,
+                             "calibration_sha256": None if job.calibration is None else job.calibration.sha256})
     client.set_tag(run_id, "deepflow.local_dir", str(store.directory.resolve()))
     log_params(client, run_id, job.cfg)
+    if job.calibration is not None:  # calibration=<file>: which constants, exactly, and the file itself
+        client.log_param(run_id, "calibration_sha256", job.calibration.sha256)
+        client.log_artifact(run_id, job.calibration.path, artifact_path="calibration")
     return _execute(job, store, MlflowSink(client, run_id, store), quiet)
 
 
@@ -261,6 +266,11 @@ def resume_job(run_id: str, overrides: list[str], quiet: bool = False) -> dict[s
     if "output" in given:
         cfg.output = given["output"]
     job = prepare(cfg, state.get("overrides", []))
+    now = None if job.calibration is None else job.calibration.sha256
+    if state.get("calibration_sha256") is not None and now != state["calibration_sha256"]:
+        raise ConfigError(f"calibration={cfg.get('calibration')!r} has changed since run {run_id} started (sha256 "
+                          f"{state['calibration_sha256'][:12]}..., now {(now or 'none')[:12]}...): its evaluations used "
+                          f"the old constants; restore that file or start a new run")
     client = client_for(job.uri)
     sink = MlflowSink(client, run_id, store)
     sink.call("status", client.update_run, run_id, "RUNNING")

@@ -21,7 +21,7 @@ RESUME_OPTIONS = ("resume", "tracking.uri", "output_dir", "output")
 MAX_ENUMERATE = 2_000_000  # largest finite space `optimum=enumerate` evaluates whole
 OPTIONS = {"name", "objective", "power_cap_w", "budget", "q", "seed", "optimum", "warm_start", "resume", "output_dir",
            "output", "sweep", "hardware", "system", "model", "mapping", "space", "strategy", "tracking", "chip",
-           "inner"}
+           "inner", "calibration"}
 INNER = (None, "best_mapping")  # `inner`: null = the space as given; best_mapping = deepflow.hierarchical
 
 
@@ -49,6 +49,7 @@ class Job:
     optimum: Optional[str]
     warm_start: dict = field(default_factory=dict)
     inner: Optional[str] = None  # best_mapping: `space` is a deepflow.hierarchical.BestMappingSpace
+    calibration: Any = None  # the deepflow.calibration.Calibration of `calibration=<file>` (the space's constants)
 
     def make_strategy(self, prior=None):
         from deepflow.strategies import make_strategy
@@ -79,6 +80,7 @@ def _int(cfg: DictConfig, key: str, minimum: int) -> int:
 
 def prepare(cfg: DictConfig, overrides: list[str]) -> Job:
     """Check everything a run needs (cheap: no evaluation, no MLflow) and return the `Job`."""
+    from deepflow.calibration import calibration_from_config
     from deepflow.objectives import make_objective
     from deepflow.strategies import STRATEGIES, make_strategy
     from deepflow.tracking import resolve_uri
@@ -102,6 +104,9 @@ def prepare(cfg: DictConfig, overrides: list[str]) -> Job:
         raise ConfigError(str(exc)) from None
     for group in ("hardware", "system", "model", "mapping"):
         to_spec(group, cfg[group])
+    calibration = calibration_from_config(cfg)  # checked here; space_from_config takes its constants
+    if calibration is not None:  # the saved config (resume) names the file wherever the run continues
+        OmegaConf.update(cfg, "calibration", str(Path(calibration.path).resolve()))
     space = space_from_config(cfg)
     if inner == "best_mapping":
         from deepflow.hierarchical import BestMappingSpace
@@ -142,7 +147,7 @@ def prepare(cfg: DictConfig, overrides: list[str]) -> Job:
     return Job(cfg=cfg, overrides=overrides, name=name, space=space, objective=objective,
                strategy_name=strategy_name, strategy_params=strategy_cfg, budget=budget, q=q, seed=seed,
                uri=uri, experiment=experiment, output_dir=Path(str(option(cfg, "output_dir"))),
-               optimum=optimum, warm_start=warm, inner=inner)
+               optimum=optimum, warm_start=warm, inner=inner, calibration=calibration)
 
 
 def compose_jobs(overrides: list[str], multirun: bool) -> list[Job]:

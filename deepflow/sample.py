@@ -51,8 +51,9 @@ def evaluate_samples(space, u, batch_size: int, progress: bool = True):
     return pd.concat(parts, ignore_index=True)
 
 
-def log_samples(df, space, path: Path, params: dict, metrics: dict, experiment: str) -> str:
-    """Log the samples file to MLflow (dataset input, artifact, space.json); returns the run id."""
+def log_samples(df, space, path: Path, params: dict, metrics: dict, experiment: str, calibration=None) -> str:
+    """Log the samples file to MLflow (dataset input, artifact, space.json and, with `calibration`
+    (a `deepflow.calibration.Calibration`), its file and sha256); returns the run id."""
     import mlflow
 
     from deepflow.train_surrogate import log_dataset
@@ -66,10 +67,14 @@ def log_samples(df, space, path: Path, params: dict, metrics: dict, experiment: 
         log_dataset(df, str(path.resolve()), "samples", name=path.stem)
         mlflow.log_artifact(str(path), artifact_path="samples")
         mlflow.log_dict(space_to_dict(space), "space.json")
+        if calibration is not None:
+            mlflow.log_param("calibration_sha256", calibration.sha256)
+            mlflow.log_artifact(calibration.path, artifact_path="calibration")
         return run.info.run_id
 
 
 def cmd_sample(overrides: list[str]) -> int:
+    from deepflow.calibration import calibration_from_config
     from deepflow.config import compose_config, option, space_from_config
     from deepflow.tracking import check_reachable, quiet_mlflow_logs, resolve_uri, ui_command
     from surrogates.columns import write_samples
@@ -77,6 +82,7 @@ def cmd_sample(overrides: list[str]) -> int:
     cfg = compose_config(overrides, config_name="sample")
     n, sampler, seed, batch_size = sample_options(cfg)
     use_mlflow = option(cfg, "mlflow", (True, False))
+    calibration = calibration_from_config(cfg)  # checked here; space_from_config takes its constants
     space = space_from_config(cfg)
     out = option(cfg, "out")
     path = Path(out) if out else Path("samples") / f"{space.name}-{sampler}-n{n}-s{seed}.parquet"
@@ -101,6 +107,8 @@ def cmd_sample(overrides: list[str]) -> int:
           f"drawn in {sample_s:.1f} s, evaluated in {elapsed - sample_s:.1f} s")
     print(f"feasible: {feasible:.1%}; reasons: " + ", ".join(f"{k} {v:,}" for k, v in reasons.items()))
     print(f"wrote {path} ({len(df.columns)} columns)")
+    if calibration is not None:
+        print(f"labelled with the efficiency constants of calibration={calibration.path}")
     if use_mlflow:
         import mlflow
 
@@ -108,10 +116,11 @@ def cmd_sample(overrides: list[str]) -> int:
         mlflow.set_tracking_uri(uri)
         params = {"space": space.name, "n": n, "sampler": sampler, "seed": seed, "dim": space.dim,
                   "hardware": _preset(cfg, "hardware"), "system": _preset(cfg, "system"),
-                  "model": _preset(cfg, "model"), "path": str(path.resolve())}
+                  "model": _preset(cfg, "model"), "path": str(path.resolve()),
+                  "calibration": None if calibration is None else str(Path(calibration.path).resolve())}
         metrics = {"feasible_fraction": feasible, "sample_s": sample_s, "evaluate_s": elapsed - sample_s}
         run_id = log_samples(df, space, path, params, metrics,
-                             str(cfg.tracking.get("experiment") or DEFAULT_EXPERIMENT))
+                             str(cfg.tracking.get("experiment") or DEFAULT_EXPERIMENT), calibration)
         print(f"MLflow run {run_id} (train on it: deepflow train-surrogate data={run_id})")
         print(f"see it: {ui_command(uri)}")
     return 0

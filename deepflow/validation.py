@@ -172,9 +172,11 @@ def kendall_tau(x: np.ndarray, y: np.ndarray) -> float:
     return float(kendalltau(x, y).statistic) if len(x) > 1 else float("nan")
 
 
-def report(rows: Rows, eff: Efficiency) -> dict:
-    """`{"summary": {...}, "rows": [...], "by_group": {...}}` with signed errors as fractions."""
-    pred = predict(rows, eff)
+def report(rows: Rows, eff: Efficiency, pred: dict | None = None) -> dict:
+    """`{"summary": {...}, "rows": [...], "by_group": {...}}` with signed errors as fractions. `pred`:
+    the rows' predictions when already made (as `predict` returns them; e.g. a per-accelerator
+    calibration's, `deepflow.calibration.predict_calibrated`), else `predict(rows, eff)`."""
+    pred = predict(rows, eff) if pred is None else pred
     error = pred["predicted_s"] / rows.measured_s - 1.0
     abs_err = np.abs(error)
     out_rows = [{"id": i, "predicted_s": float(p), "measured_s": float(m), "error": float(e),

@@ -59,7 +59,7 @@ class GradientSearch:
     def penalized(self, space: DesignSpace, u: torch.Tensor) -> torch.Tensor:
         """`n` penalized objective of points `u n x d` (differentiable in the continuous coordinates)."""
         designs = space.to_batch(u)
-        result = evaluate(designs)
+        result = evaluate(designs, space.efficiency)  # the space's constants (a calibration's, else the defaults)
         Y = self.objective.objectives(result)
         C = self.objective.constraints(result, designs)
         modelled = [j for j, name in enumerate(self.objective.constraint_names) if name != "other"]
