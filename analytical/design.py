@@ -113,6 +113,7 @@ class DesignBatch:
     overlap_dp_comm: torch.Tensor
     overlap_tp_comm: torch.Tensor
     overlap_pp_comm: torch.Tensor
+    offload_layers: torch.Tensor
 
     @property
     def batch_size(self) -> int:
@@ -225,6 +226,7 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "overlap_dp_comm": float(mapping.overlap_dp_comm),
         "overlap_tp_comm": float(mapping.overlap_tp_comm),
         "overlap_pp_comm": float(mapping.overlap_pp_comm),
+        "offload_layers": mapping.offload_layers,
     }
 
 

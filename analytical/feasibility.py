@@ -42,13 +42,13 @@ REASON_TEXT = {
     Reason.DEGREES_NOT_DEVICES: "tp * pp * dp * cp differs from the number of devices",
     Reason.TP_NOT_DIVIDING_HEADS: "tp does not divide the attention (or key-value) heads, or the "
                                   "sequence under sequence parallelism",
-    Reason.PP_NOT_DIVIDING_LAYERS: "pp * vp does not divide the number of layers",
+    Reason.PP_NOT_DIVIDING_LAYERS: "pp * vp exceeds the number of layers + 2 (a model chunk with nothing to run)",
     Reason.BATCH_NOT_DIVISIBLE: "global batch is not a multiple of dp * micro_batch_size",
     Reason.CP_NOT_DIVIDING_SEQUENCE: "2 * cp does not divide the sequence length",
-    Reason.EP_INVALID: "ep must divide both num_experts and dp",
+    Reason.EP_INVALID: "ep must divide both num_experts and dp * cp * tp",
     Reason.VP_INVALID: "interleaving (vp > 1) needs pp > 1 and a micro-batch count divisible by pp",
     Reason.MAPPING_UNSUPPORTED_BY_MODEL: "tp, cp, ep and sequence parallelism apply to Transformers only",
-    Reason.ZERO_WITH_PIPELINE: "ZeRO stages 2 and 3 cannot be combined with pipeline parallelism",
+    Reason.ZERO_WITH_PIPELINE: "ZeRO stages 2 and 3 cannot be combined with pipeline parallelism (FSDP can)",
     Reason.PRECISION_UNSUPPORTED: "the accelerator has no peak rate for this precision",
     Reason.NO_SCALE_OUT_LINK: "the devices span several scale-up domains but have no scale-out bandwidth",
     Reason.OUT_OF_MEMORY: "does not fit in device memory",
@@ -78,14 +78,20 @@ def mapping_reasons(d: DesignBatch, peak_flops_per_s: torch.Tensor) -> torch.Ten
         (Reason.TP_NOT_DIVIDING_HEADS,
          ~transformer | (_divides(d.tp, d.num_heads) & _divides(d.tp, d.num_kv_heads)
                          & ((d.sequence_parallel == 0) | _divides(d.tp * d.cp, d.seq_length)))),
-        (Reason.PP_NOT_DIVIDING_LAYERS, _divides(d.pp * d.vp, d.num_layers)),
+        # uneven stages are allowed (Megatron-Core's first/last-stage layer counts, e.g. Llama 3.1
+        # 405B's 126 layers on pp 8 x vp 4); the slowest stage holds the rounded-up share. The
+        # embedding and the loss may take a chunk each (account_for_embedding/loss_in_pipeline_split:
+        # 126 layers on pp 16 x vp 8)
+        (Reason.PP_NOT_DIVIDING_LAYERS, d.pp * d.vp <= d.num_layers + 2.0),
         (Reason.BATCH_NOT_DIVISIBLE, _divides(d.dp * d.micro_batch_size, d.global_batch_size)),
         (Reason.CP_NOT_DIVIDING_SEQUENCE, (d.cp == 1) | _divides(2.0 * d.cp, d.seq_length)),
-        (Reason.EP_INVALID, _divides(d.ep, d.num_experts) & _divides(d.ep, d.dp)),
+        # experts fold over the data-, context- and tensor-parallel ranks (Megatron-Core MoE
+        # parallel folding: expert parallelism within dp x cp x tp)
+        (Reason.EP_INVALID, _divides(d.ep, d.num_experts) & _divides(d.ep, d.dp * d.cp * d.tp)),
         (Reason.VP_INVALID, (d.vp == 1) | ((d.pp > 1) & (torch.remainder(micro_batches, d.pp) == 0))),
         (Reason.MAPPING_UNSUPPORTED_BY_MODEL,
          transformer | ((d.tp == 1) & (d.cp == 1) & (d.ep == 1) & (d.sequence_parallel == 0))),
-        (Reason.ZERO_WITH_PIPELINE, (d.zero_stage < 2) | (d.pp == 1)),
+        (Reason.ZERO_WITH_PIPELINE, (d.zero_stage < 2) | (d.pp == 1) | (d.fsdp > 0)),
         (Reason.PRECISION_UNSUPPORTED, peak_flops_per_s > 0),
         (Reason.NO_SCALE_OUT_LINK, (d.num_devices <= d.scale_up_domain) | (d.scale_out_bw_bytes_per_s > 0)),
     ]

@@ -13,7 +13,7 @@ import torch
 
 from analytical.design import PRECISION_CODES, DesignBatch
 from analytical.workload import (activation_bytes_per_element, activation_bytes_per_layer, embedding_params,
-                                 gemm_bytes_per_element, is_kind, is_narrow, layer_params, local_tokens, per_evaluation)
+                                 gemm_bytes_per_element, is_kind, is_narrow, stage_layers, layer_params, local_tokens, per_evaluation)
 
 GIB = 2.0**30
 # CUDA context, cuBLAS workspaces and allocator fragmentation that no tensor of the model holds:
@@ -33,7 +33,7 @@ def params_per_device(d: DesignBatch) -> torch.Tensor:
     """
     dense, expert = layer_params(d)
     emb_in, emb_out = embedding_params(d)
-    layers = d.num_layers / d.pp * (dense / d.tp + expert / (d.tp * d.ep))
+    layers = stage_layers(d) * (dense / d.tp + expert / (d.tp * d.ep))
     single_stage = (d.pp == 1).to(d.tp.dtype)
     tied_copy = (emb_out == 0).to(d.tp.dtype) * (1.0 - single_stage) * emb_in
     first = emb_in + single_stage * emb_out
@@ -71,14 +71,15 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
     """Bytes per device by part (`MEMORY_PARTS`), each `(batch,)`; `params` is
     `params_per_device(d)` when the caller already has it."""
     params = params_per_device(d) if params is None else params
-    dp = d.dp
+    dp = d.dp * d.cp  # context-parallel ranks share weights: states shard over dp x cp
     zero = d.zero_stage
     shard_opt = torch.where((zero >= 1) | (d.distributed_optimizer > 0), dp, 1.0)
     shard_grad = torch.where(zero >= 2, dp, 1.0)
     shard_weight = torch.where(zero >= 3, dp, 1.0)
     elem = activation_bytes_per_element(d)
-    layers_per_stage = d.num_layers / d.pp
-    activations = activation_bytes_per_layer(d) * layers_per_stage * in_flight_micro_batches(d)
+    layers_per_stage = stage_layers(d)
+    kept_layers = torch.clamp_min(layers_per_stage - d.offload_layers, 0.0)  # the rest wait in host memory
+    activations = activation_bytes_per_layer(d) * kept_layers * in_flight_micro_batches(d)
     logits = local_tokens(d) * d.vocab_size / d.tp * (elem + 4.0) * (1.0 - is_kind(d, "gemm"))
     message = local_tokens(d) * d.hidden_size * elem
     dense, _ = layer_params(d)

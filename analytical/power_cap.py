@@ -23,14 +23,15 @@ from analytical.technology import logic_node
 def capped_operating_point(accelerator: AcceleratorSpec, power_limit_w: float) -> tuple[float, float]:
     """`(clock_ratio, voltage_ratio)` (<= 1) of `accelerator` under `power_limit_w`, relative to its
     datasheet operating point."""
-    from analytical.energy import static_power_w, units_dynamic_power_w  # energy imports design, design this
+    from analytical.energy import compute_partition_scale, static_power_w, units_dynamic_power_w  # (cycle)
 
     if accelerator.tdp_w <= 0 or power_limit_w >= accelerator.tdp_w:
         return 1.0, 1.0
     node = logic_node(accelerator.logic_node)
-    dynamic = units_dynamic_power_w(node, accelerator)
-    leakage = (accelerator.static_power_w if accelerator.static_power_w is not None
-               else static_power_w(node, accelerator))
+    scale = compute_partition_scale(node, accelerator)
+    dynamic = scale * units_dynamic_power_w(node, accelerator)
+    leakage = scale * (accelerator.static_power_w if accelerator.static_power_w is not None
+                       else static_power_w(node, accelerator))
     budget = dynamic + leakage - (accelerator.tdp_w - power_limit_w)
     t = lambda x: torch.tensor([float(x)], dtype=torch.float64)  # noqa: E731
     c = DerivationConstants()

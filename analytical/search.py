@@ -267,7 +267,7 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
         zero_stage=num("zero_stage"), fsdp=flag("fsdp"), distributed_optimizer=flag("distributed_optimizer"),
         precision=PRECISIONS[num("precision")], flash_attention=flag("flash_attention"),
         overlap_dp_comm=flag("overlap_dp_comm"), overlap_tp_comm=flag("overlap_tp_comm"),
-        overlap_pp_comm=flag("overlap_pp_comm"))
+        overlap_pp_comm=flag("overlap_pp_comm"), offload_layers=num("offload_layers"))
     return mapping.validate()
 
 

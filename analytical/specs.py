@@ -247,13 +247,16 @@ class MappingSpec:
     # pipeline sends and receives of the steady 1F1B phase overlapped with compute (Megatron-Core's
     # overlap_p2p_comm, with interleaving): only the fill and flush transfers stay exposed
     overlap_pp_comm: bool = False
+    # layers of each pipeline stage whose activations wait in host memory between the forward and
+    # backward passes (Megatron-Core cpu_offloading_num_layers); their copies overlap compute
+    offload_layers: int = 0
 
     def validate(self) -> "MappingSpec":
         spec = f"mapping[{self.name}]"
         _check_int(spec, self, ("tp", "pp", "cp", "ep", "vp", "micro_batch_size", "global_batch_size"))
         if self.dp is not None:
             _check_int(spec, self, ("dp",))
-        _check_int(spec, self, ("zero_stage",), minimum=0)
+        _check_int(spec, self, ("zero_stage", "offload_layers"), minimum=0)
         if self.zero_stage > 3:
             raise SpecError(spec, "zero_stage", self.zero_stage, "0, 1, 2 or 3")
         if self.fsdp and self.zero_stage != 3:

@@ -29,7 +29,7 @@ from analytical.feasibility import Reason, mapping_reasons, peak_for_precision
 from analytical.kernels import flash_attention_time_s, gemm_time_s, memory_bound_time_s
 from analytical.memory import grad_bytes_per_param, memory_breakdown, params_per_device
 from analytical.workload import (GEMM_SLOTS, activation_bytes_per_element, attention_core_flops, gemm_bytes_per_element,
-                                 is_kind, is_narrow, layer_forward_flops_per_sequence, layer_gemms, local_tokens,
+                                 is_kind, is_narrow, recomputed_module_bytes, stage_layers, layer_forward_flops_per_sequence, layer_gemms, local_tokens,
                                  logit_gemm_flops,
                                  memory_bound_bytes_per_layer, memoizing, model_flops_per_step)
 
@@ -275,10 +275,12 @@ def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches, ef
     """
     grad_bytes = params * grad_bytes_per_param(d)
     weight_bytes = params * elem  # gathered in the 16-bit (fp32: 32-bit) training dtype
-    stride = d.tp * d.cp
-    ar = _on_group(coll.group_all_reduce_time_s, d, links, grad_bytes, d.dp, stride)
-    rs = _on_group(coll.group_all_gather_time_s, d, links, grad_bytes, d.dp, stride)
-    ag = _on_group(coll.group_all_gather_time_s, d, links, weight_bytes, d.dp, stride)
+    # context-parallel ranks hold the same weights: gradients are reduced and the optimizer state
+    # sharded over dp x cp (Megatron-Core's data-parallel-with-context group; torchtitan's dp_shard_cp)
+    group, stride = d.dp * d.cp, d.tp
+    ar = _on_group(coll.group_all_reduce_time_s, d, links, grad_bytes, group, stride)
+    rs = _on_group(coll.group_all_gather_time_s, d, links, grad_bytes, group, stride)
+    ag = _on_group(coll.group_all_gather_time_s, d, links, weight_bytes, group, stride)
     z = d.zero_stage
     sharded = _optimizer_sharded(d)
     zero3_slowdown = torch.where(d.fsdp > 0, 1.0, 1.0 / eff.zero3_comm_fraction)
@@ -292,7 +294,7 @@ def _optimizer_sharded(d: DesignBatch) -> torch.Tensor:
 
 def _optimizer_time_s(d: DesignBatch, params, eff: Efficiency) -> torch.Tensor:
     """Adam over this device's (possibly sharded) parameters: a memory-bound multi-tensor kernel."""
-    opt_params = params / torch.where(_optimizer_sharded(d) > 0, d.dp, torch.ones_like(d.dp))
+    opt_params = params / torch.where(_optimizer_sharded(d) > 0, d.dp * d.cp, torch.ones_like(d.dp))
     return memory_bound_time_s(opt_params * ADAM_BYTES_PER_PARAM, torch.full_like(d.dp, 4.0),
                                d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
 
@@ -309,10 +311,14 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
 
     full = (d.recompute == RECOMPUTE_CODES["full"]).to(peak.dtype)
     selective = (d.recompute == RECOMPUTE_CODES["selective"]).to(peak.dtype)
+    # selective with fused attention: the norms and MLP activation again (workload.activation_bytes_per_layer)
+    fused_selective = d.flash_attention * is_kind(d, "transformer")
+    modules_fwd = fused_selective * memory_bound_time_s(recomputed_module_bytes(d), 3.0 * fused_selective,
+                                                        d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
     layer_parts = {
         "forward_compute": layer.forward,
         "backward_compute": layer.backward,
-        "recompute": full * layer.forward + selective * layer.core_fwd,
+        "recompute": full * layer.forward + selective * (layer.core_fwd + modules_fwd),
         "tp_comm": comm["tp_fwd"] + comm["tp_bwd"] + full * comm["tp_fwd"],
         "cp_comm": comm["cp_fwd"] + comm["cp_bwd"] + full * comm["cp_fwd"],
         "ep_comm": comm["ep_fwd"] + comm["ep_bwd"] + full * comm["ep_fwd"],
@@ -320,7 +326,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     logit_parts = _output_layer(d, peak, elem, eff)
 
     # pipeline: the last stage holds num_layers / pp layers and the output layer
-    layers_per_stage = d.num_layers / d.pp
+    layers_per_stage = stage_layers(d)
     micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
     stage_parts = {k: layers_per_stage * v + logit_parts[k] if k in logit_parts else layers_per_stage * v
                    for k, v in layer_parts.items()}

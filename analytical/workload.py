@@ -104,6 +104,13 @@ def ffn_gate_factor(d: DesignBatch) -> torch.Tensor:
 
 
 @per_evaluation
+def stage_layers(d: DesignBatch) -> torch.Tensor:
+    """Layers on the most loaded pipeline stage: vp chunks of ceil(L / (pp vp)) layers (L / pp when
+    pp vp divides L; Megatron-Core puts the remainder on fewer layers elsewhere)."""
+    return torch.ceil(d.num_layers / (d.pp * d.vp) - 1e-9) * d.vp
+
+
+@per_evaluation
 def is_moe(d: DesignBatch) -> torch.Tensor:
     return (d.num_experts > 1).to(d.tp.dtype)
 
@@ -307,12 +314,31 @@ def activation_bytes_per_layer(d: DesignBatch) -> torch.Tensor:
     square = 5.0 * d.micro_batch_size * d.num_heads * (d.seq_length / d.cp) * d.seq_length / t
     keeps_square = (d.recompute == RECOMPUTE_CODES["none"]).to(t.dtype) * (1.0 - d.flash_attention)
     softmax_stats = 4.0 * d.micro_batch_size * d.num_heads * d.seq_length / d.cp / t * d.flash_attention
-    full = tr * (replicated + attention + mlp + square * keeps_square + softmax_stats - narrow_saving)
+    # selective recompute with fused attention (whose kernel already recomputes the core) re-runs
+    # the cheap modules instead: the norms and the MLP activation (Megatron-Core recompute_modules
+    # "layernorm" and "mlp"/"moe_act"; torchtitan's per-op selective checkpointing), so their
+    # outputs (the QKV, fc1 and fc2 inputs) are not kept
+    cheap_outputs = 4.0 * th / sp_div + 2.0 * local_tokens(d) * mlp_width(d) / t
+    narrow_scale = 1.0 - is_narrow(d) * (1.0 - gemm_bytes_per_element(d) / 2.0)
+    selective_flash = (d.recompute == RECOMPUTE_CODES["selective"]).to(t.dtype) * d.flash_attention
+    modules_saving = selective_flash * cheap_outputs * narrow_scale
+    full = tr * (replicated + attention + mlp + square * keeps_square + softmax_stats - narrow_saving - modules_saving)
     lstm_bytes = lstm * 2.0 * local_tokens(d) * d.hidden_size * 7.0  # 4 gates, cell, hidden, input
     gemm_bytes = is_kind(d, "gemm") * 2.0 * d.micro_batch_size * d.gemm_m * d.gemm_k
     kept = tr * 2.0 * th / sp_div  # full recompute keeps only the layer input
     per_layer = torch.where(d.recompute == RECOMPUTE_CODES["full"], kept, full)
     return (per_layer + lstm_bytes + gemm_bytes) * activation_bytes_per_element(d) / 2.0
+
+
+@per_evaluation
+def recomputed_module_bytes(d: DesignBatch) -> torch.Tensor:
+    """HBM bytes of the forward norms and MLP activation of one layer (read + write, 16-bit): what
+    selective recompute with fused attention runs again (`activation_bytes_per_layer`)."""
+    t = d.tp
+    sp_div = torch.where(d.sequence_parallel > 0, t, 1.0)
+    norms = 2.0 * 2.0 * local_tokens(d) * d.hidden_size / sp_div
+    act = (2.0 + is_swiglu(d)) * local_tokens(d) * mlp_width(d) / t
+    return is_kind(d, "transformer") * activation_bytes_per_element(d) * (norms + act)
 
 
 @per_evaluation

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analytical import Efficiency, SystemSpec, evaluate, stack_designs
+from analytical import Efficiency, Reason, SystemSpec, evaluate, stack_designs
 from analytical.specs import MappingSpec, ModelSpec
 from deepflow.presets import ConfigError, load_preset
 
@@ -87,7 +87,8 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
     if _opt(row, "power_limit_w", None) is not None:  # the run's power cap (nvidia-smi -pl)
         accelerator = dataclasses.replace(accelerator, power_limit_w=float(row["power_limit_w"]))
     system = SystemSpec(name="cluster", num_devices=int(row["num_gpus"]),
-                        devices_per_node=int(row["gpus_per_node"]), scale_up_domain=int(row["gpus_per_node"]),
+                        devices_per_node=int(row["gpus_per_node"]),
+                        scale_up_domain=int(_opt(row, "scale_up_domain", row["gpus_per_node"])),
                         scale_out_gbit_per_device=float(_opt(row, "scale_out_gbit_per_gpu",
                                                              accelerator.scale_out_gbit_per_s)))
     heads = int(row["num_heads"])
@@ -105,11 +106,12 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
     mapping = MappingSpec(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), cp=int(_opt(row, "cp", 1)),
                           ep=int(_opt(row, "ep", 1)), vp=int(_opt(row, "vp", 1)), sequence_parallel=bool(int(_opt(row, "sequence_parallel", 0))),
                           micro_batch_size=int(row["micro_batch_size"]),
-                          global_batch_size=int(row["global_batch_size"]), recompute=str(row["recompute"]),
+                          global_batch_size=int(row["global_batch_size"]), recompute=("none" if row["recompute"] == AUTO else str(row["recompute"])),
                           zero_stage=3 if fsdp else int(_opt(row, "zero_stage", 0)), fsdp=fsdp,
                           distributed_optimizer=bool(int(_opt(row, "distributed_optimizer", 0))),
                           precision=str(row["precision"]),
                           flash_attention=bool(int(_opt(row, "flash_attention", int(flash_attention)))),
+                          offload_layers=int(_opt(row, "offload_layers", 0)),
                           **{f"overlap_{k}_comm": bool(int(_opt(row, f"overlap_{k}_comm", 0))) for k in ("dp", "tp", "pp")})
     for spec in (system, model, mapping):
         try:
@@ -133,6 +135,24 @@ def _vtrain_row(row: pd.Series) -> dict:
             "measured_iter_time_s": row["iteration time (ms)"] / 1000.0}
 
 
+# `recompute` a source does not state: the lightest activation recomputation under which the run
+# fits in device memory (it was trained, so it fit), none before selective before full.
+AUTO = "auto"
+
+
+def _lightest_recompute_that_fits(specs: list[tuple], rows: list[int]) -> list[tuple]:
+    """`specs` with the mapping of each row of `rows` given the lightest recompute that fits its device
+    memory (full where none does; the run then reports out of memory)."""
+    specs = list(specs)
+    options = ("none", "selective", "full")
+    trial = [(*specs[i][:3], dataclasses.replace(specs[i][3], recompute=o)) for i in rows for o in options]
+    oom = (evaluate(stack_designs(*zip(*trial))).reason == int(Reason.OUT_OF_MEMORY)).reshape(len(rows), len(options))
+    for i, fits in zip(rows, (~oom).tolist()):
+        choice = options[fits.index(True)] if any(fits) else "full"
+        specs[i] = (*specs[i][:3], dataclasses.replace(specs[i][3], recompute=choice))
+    return specs
+
+
 def is_vtrain(frame: pd.DataFrame) -> bool:
     return all(c in frame.columns for c in VTRAIN_REQUIRED)
 
@@ -151,6 +171,9 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
         raise ConfigError(f"data={path!r}: missing columns {', '.join(missing)} (the schema is in "
                           "experiments/validation/README.md, or use a vTrain CSV)")
     specs = [_published_specs(row, flash_attention) for _, row in frame.iterrows()]
+    auto = [i for i, r in enumerate(frame["recompute"]) if r == AUTO]
+    if auto:
+        specs = _lightest_recompute_that_fits(specs, auto)
     groups = [str(m) for m in frame["model"]] if "model" in frame.columns else list(frame["id"])
     sources = [str(s).split(";")[0].split(" Table")[0] for s in frame.get("source", frame["id"])]
     return Rows(list(map(str, frame["id"])), groups, sources, specs,

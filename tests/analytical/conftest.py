@@ -300,6 +300,7 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
         num_shared_experts=torch.where(experts > 1, ints(0, 2), torch.zeros(n, dtype=DTYPE)),
         fsdp=(fields["zero_stage"] == 3).to(DTYPE) * ints(0, 1),
         overlap_pp_comm=ints(0, 1),
+        offload_layers=ints(0, 1) * ints(0, 8),
     )
     return DesignBatch(**fields)
 

@@ -225,13 +225,14 @@ def test_no_nan_over_random_designs(make_random_designs):
 
 def test_energy_is_differentiable(llama_design):
     d = llama_design
-    names = ("flop_energy_bf16_j", "hbm_energy_j_per_byte", "static_power_w", "hbm_bw_bytes_per_s",
-             "peak_bf16_flops_per_s")
+    names = ("flop_energy_bf16_j", "flop_energy_fp8_j", "hbm_energy_j_per_byte", "static_power_w",
+             "hbm_bw_bytes_per_s", "peak_bf16_flops_per_s")
     leaves = {n: getattr(d, n).clone().requires_grad_(True) for n in names}
     grads = torch.autograd.grad(evaluate(d.replace(**leaves)).energy_j.sum(), list(leaves.values()))
     by_name = dict(zip(names, (float(g) for g in grads)))
     assert all(math.isfinite(g) for g in by_name.values())
-    assert by_name["flop_energy_bf16_j"] > 0 and by_name["hbm_energy_j_per_byte"] > 0
+    # the FLOPs' energy (per FLOP, and the units' power at peak: on H100 fp8's peak x J/FLOP is the highest)
+    assert by_name["flop_energy_bf16_j"] + by_name["flop_energy_fp8_j"] > 0 and by_name["hbm_energy_j_per_byte"] > 0
     assert by_name["static_power_w"] > 0
     assert by_name["peak_bf16_flops_per_s"] < 0  # faster compute: less static energy
 
@@ -244,7 +245,8 @@ def test_power_over_budget_is_a_reason(a100, make_system, small_gpt, gpt3):
     fine = evaluate(single_design(a100, make_system(16), small_gpt, mapping))
     power = float(fine.avg_power_w)
     assert bool(fine.feasible) and 100.0 < power < 400.0
-    tight = evaluate(single_design(dataclasses.replace(a100, tdp_w=0.99 * power), make_system(16), small_gpt, mapping))
+    # (the budget of a batch: a spec's tdp_w also bounds the preset's compute energies, energy.compute_partition_scale)
+    tight = evaluate(single_design(a100, make_system(16), small_gpt, mapping).replace(tdp_w=0.99 * power))
     assert int(tight.reason) == Reason.POWER_OVER_BUDGET and not bool(tight.feasible)
     assert tight.row(0)["reason"] == "power_over_budget"
     # the budget changes the verdict, not the numbers

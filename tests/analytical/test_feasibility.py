@@ -50,11 +50,20 @@ def test_sequence_parallel_needs_tp_dividing_sequence(a100, make_system, small_g
     assert reason_of(run, a100, make_system(16), model, bad) == Reason.TP_NOT_DIVIDING_HEADS
 
 
-@pytest.mark.parametrize("layers,vp", [(25, 1), (24, 8)])
-def test_pp_not_dividing_layers(a100, make_system, small_gpt, replace, run, layers, vp):
+@pytest.mark.parametrize("layers,vp", [(1, 2), (24, 16)])
+def test_a_model_chunk_without_a_layer(a100, make_system, small_gpt, replace, run, layers, vp):
     model = replace(small_gpt, num_layers=layers)
     mapping = MappingSpec(**dict(BASE_MAPPING, vp=vp))
     assert reason_of(run, a100, make_system(16), model, mapping) == Reason.PP_NOT_DIVIDING_LAYERS
+
+
+def test_uneven_stages_run_at_the_pace_of_the_fullest(a100, make_system, small_gpt, replace, run):
+    # 25 layers on pp 2: the fullest stage holds 13, as a 26-layer model's stages do
+    even = run(a100, make_system(16), replace(small_gpt, num_layers=26), MappingSpec(**BASE_MAPPING))
+    uneven = run(a100, make_system(16), replace(small_gpt, num_layers=25), MappingSpec(**BASE_MAPPING))
+    assert bool(uneven.feasible[0])
+    for part in ("forward_compute", "backward_compute", "tp_comm"):
+        assert float(uneven.time_breakdown_s[part][0]) == pytest.approx(float(even.time_breakdown_s[part][0]), rel=1e-9)
 
 
 @pytest.mark.parametrize("mbs,gbs", [(1, 66), (3, 64)])
@@ -70,7 +79,8 @@ def test_cp_not_dividing_sequence(a100, make_system, small_gpt, replace, run):
     assert reason_of(run, a100, make_system(16), replace(small_gpt, seq_length=2048), mapping) == Reason.OK
 
 
-@pytest.mark.parametrize("experts,ep", [(8, 8), (6, 4)])  # ep=8 does not divide dp=4; ep=4 does not divide 6
+# ep=16 does not divide dp x cp x tp = 8 (experts fold over those ranks); ep=4 does not divide 6 experts
+@pytest.mark.parametrize("experts,ep", [(16, 16), (6, 4)])
 def test_ep_invalid(a100, make_system, mixtral, replace, run, experts, ep):
     model = replace(mixtral, num_layers=4, num_experts=experts)
     mapping = MappingSpec(**dict(BASE_MAPPING, ep=ep))
@@ -155,11 +165,13 @@ def test_every_reason_is_reachable_and_described(a100, make_system, small_gpt, r
         Reason.DEGREES_NOT_DEVICES: (a100, system16, small_gpt, MappingSpec(**dict(BASE_MAPPING, dp=2))),
         Reason.TP_NOT_DIVIDING_HEADS: (a100, system16, replace(small_gpt, hidden_size=1536, num_heads=12),
                                        MappingSpec(**dict(BASE_MAPPING, tp=8, pp=1))),
-        Reason.PP_NOT_DIVIDING_LAYERS: (a100, system16, replace(small_gpt, num_layers=25), MappingSpec(**BASE_MAPPING)),
+        Reason.PP_NOT_DIVIDING_LAYERS: (a100, system16, replace(small_gpt, num_layers=1),
+                                        MappingSpec(**dict(BASE_MAPPING, vp=2))),
         Reason.BATCH_NOT_DIVISIBLE: (a100, system16, small_gpt, MappingSpec(**dict(BASE_MAPPING, global_batch_size=66))),
         Reason.CP_NOT_DIVIDING_SEQUENCE: (a100, system16, replace(small_gpt, seq_length=2050),
                                           MappingSpec(**dict(BASE_MAPPING, cp=2))),
-        Reason.EP_INVALID: (a100, system16, replace(mixtral, num_layers=4), MappingSpec(**dict(BASE_MAPPING, ep=8))),
+        Reason.EP_INVALID: (a100, system16, replace(mixtral, num_layers=4, num_experts=16),
+                            MappingSpec(**dict(BASE_MAPPING, ep=16))),
         Reason.VP_INVALID: (a100, system16, small_gpt, MappingSpec(**dict(BASE_MAPPING, tp=4, pp=1, vp=2))),
         Reason.MAPPING_UNSUPPORTED_BY_MODEL: (a100, make_system(2), lstm, MappingSpec(tp=2, global_batch_size=64)),
         Reason.ZERO_WITH_PIPELINE: (a100, system16, small_gpt, MappingSpec(**dict(BASE_MAPPING, zero_stage=3))),
@@ -168,7 +180,7 @@ def test_every_reason_is_reachable_and_described(a100, make_system, small_gpt, r
                                    MappingSpec(**BASE_MAPPING)),
         Reason.OUT_OF_MEMORY: (a100, make_system(8), replace(small_gpt, num_layers=400),
                                MappingSpec(global_batch_size=8)),
-        Reason.POWER_OVER_BUDGET: (replace(a100, tdp_w=120.0), system16, small_gpt, MappingSpec(**BASE_MAPPING)),
+        Reason.POWER_OVER_BUDGET: (replace(a100, tdp_w=20.0), system16, small_gpt, MappingSpec(**BASE_MAPPING)),
     }
     # chip-derivation reasons (14 and up) come from analytical.chip.derive: tests/analytical/test_chip.py
     assert set(cases) == {r for r in Reason if r < Reason.NO_COMPUTE_UNIT}, "a Reason without a design here: add one"

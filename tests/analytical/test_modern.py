@@ -148,3 +148,35 @@ def test_fp8_memory_holds_a_cast_weight_copy(h100, system, design, llama7b):
     w8, w16 = float(memory_breakdown(d8)["weights"][0]), float(memory_breakdown(d16)["weights"][0])
     assert w8 - w16 == pytest.approx(p, rel=1e-12)
     assert torch.isfinite(evaluate(d8).step_time_s).all()
+
+
+def test_offloaded_layers_leave_device_memory(h100, system, design, llama7b):
+    from analytical.memory import memory_breakdown as parts
+
+    kept = parts(design(h100, system, llama7b, MappingSpec(global_batch_size=8)))
+    off = parts(design(h100, system, llama7b, MappingSpec(global_batch_size=8, offload_layers=8)))
+    logits = kept["activations"] - float(parts(design(h100, system, llama7b, MappingSpec(
+        global_batch_size=8, offload_layers=32)))["activations"][0])
+    # 8 of 32 layers offloaded: a quarter of the layers' activations leaves (the logits stay)
+    assert float(kept["activations"][0] - off["activations"][0]) == pytest.approx(0.25 * float(logits[0]), rel=1e-9)
+
+
+def test_context_parallel_ranks_shard_the_optimizer(h100, make_system, design, llama7b):
+    m = dict(tp=1, pp=1, global_batch_size=8, distributed_optimizer=True)
+    two = memory_breakdown(design(h100, make_system(16), llama7b, MappingSpec(dp=8, cp=2, **m)))
+    sixteen = memory_breakdown(design(h100, make_system(16), llama7b, MappingSpec(dp=16, cp=1, **m)))
+    assert float(two["optimizer"][0]) == pytest.approx(float(sixteen["optimizer"][0]), rel=1e-12)
+
+
+def test_experts_fold_over_tensor_parallel_ranks(h100, make_system, run):
+    moe = deepseek_like(0)
+    folded = run(h100, make_system(64), moe, MappingSpec(tp=2, dp=8, pp=4, ep=16, global_batch_size=64))
+    assert int(folded.reason[0]) != int(Reason.EP_INVALID)
+    too_wide = run(h100, make_system(64), moe, MappingSpec(tp=2, dp=8, pp=4, ep=32, global_batch_size=64))
+    assert int(too_wide.reason[0]) == int(Reason.EP_INVALID)
+
+
+def test_fsdp_combines_with_pipeline_parallelism(h100, make_system, run, llama7b):
+    m = dict(tp=1, pp=2, dp=8, zero_stage=3, global_batch_size=16)
+    assert int(run(h100, make_system(16), llama7b, MappingSpec(**m)).reason[0]) == int(Reason.ZERO_WITH_PIPELINE)
+    assert int(run(h100, make_system(16), llama7b, MappingSpec(**m, fsdp=True)).reason[0]) != int(Reason.ZERO_WITH_PIPELINE)

@@ -353,16 +353,15 @@ def test_faster_compute_never_slows_tp_plus_cp_with_unfused_attention(a100, make
     base = run(slow_links, system_, model, mapping)
     faster = run(replace(slow_links, peak_tflops_fp16=624.0, peak_tflops_bf16=624.0), system_, model, mapping)
     assert bool(base.feasible[0]) and bool(faster.feasible[0])
-    assert float(base.time_breakdown_s["dp_comm"][0]) == 0.0  # dp = 1
     assert float(base.time_breakdown_s["cp_comm"][0]) > 0.0  # context-parallel exchange is exposed
     assert float(faster.step_time_s[0]) <= float(base.step_time_s[0]), (base.row(0)["breakdown"],
                                                                           faster.row(0)["breakdown"])
 
 
 def test_selective_recompute_with_flash_attention_claims_no_extra_hardware_flops(a100, make_system, make_gpt, run):
-    """With flash attention nothing of the attention core is stored, so selective recompute is a no-op
-    in the model: the same step time (recompute part 0) and the same memory as no recompute. The
-    hardware FLOPs, and so HFU, must then be the same too; HFU can never exceed 1.
+    """With flash attention nothing of the attention core is stored, so selective recompute re-runs
+    the cheap modules instead (norms, MLP activation: memory-bound, no FLOPs counted): a little more
+    time, less memory. The hardware FLOPs, and so HFU, must then be the same; HFU can never exceed 1.
 
     `evaluate` adds the full (unfused, non-causal) attention square to the HFU numerator for every
     selective-recompute design (`selective * core_flops_seq`), whether or not its time is charged: on
@@ -371,8 +370,11 @@ def test_selective_recompute_with_flash_attention_claims_no_extra_hardware_flops
     none = run(a100, make_system(1), model, MappingSpec(global_batch_size=1, recompute="none"))
     selective = run(a100, make_system(1), model, MappingSpec(global_batch_size=1, recompute="selective"))
     assert bool(none.feasible[0]) and bool(selective.feasible[0])
-    assert float(selective.time_breakdown_s["recompute"][0]) == 0.0
-    assert torch.equal(selective.step_time_s, none.step_time_s)
-    assert torch.equal(selective.memory_per_device_bytes, none.memory_per_device_bytes)
+    recompute = float(selective.time_breakdown_s["recompute"][0])
+    assert 0.0 < recompute < 0.05 * float(none.step_time_s[0])
+    assert float(selective.step_time_s[0]) == pytest.approx(float(none.step_time_s[0]) + recompute, rel=1e-9)
+    assert float(selective.memory_per_device_bytes[0]) < float(none.memory_per_device_bytes[0])
     assert float(selective.hfu[0]) <= 1.0, float(selective.hfu[0])
-    assert float(selective.hfu[0]) == pytest.approx(float(none.hfu[0]), rel=1e-12)
+    # the same hardware FLOPs: HFU x step time agrees
+    assert float(selective.hfu[0] * selective.step_time_s[0]) == pytest.approx(
+        float(none.hfu[0] * none.step_time_s[0]), rel=1e-12)
