@@ -290,7 +290,8 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     kv_bytes = 2.0 * tokens * d.num_kv_heads * (d.hidden_size / d.num_heads) / d.tp * elem * d.cp * transformer
     cp = all_gather_link_bytes(kv_bytes, d.cp, d.tp, domain)
     moe = (d.num_experts > 1).to(d.tp.dtype) * transformer
-    ep = all_to_all_link_bytes(tokens * d.hidden_size * d.top_k * elem * moe, d.ep, d.tp * d.cp, domain)
+    sp_div = torch.where(d.sequence_parallel > 0, d.tp, torch.ones_like(d.tp))  # as analytical.step
+    ep = all_to_all_link_bytes(tokens * d.hidden_size * d.top_k * elem * moe / sp_div, d.ep, d.tp * d.cp, domain)
     counts = {"tp": 4.0 + 2.0 * full, "cp": 3.0 + full, "ep": 4.0 + 2.0 * full}  # fwd + bwd (+ recompute)
 
     # pipeline: a forward activation and a backward gradient per micro-batch and chunk boundary

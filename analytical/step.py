@@ -232,7 +232,10 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
     cp_ag = _on_group(coll.group_all_gather_time_s, d, links, kv_bytes, d.cp, d.tp) * transformer
     # expert parallel: dispatch and combine all-to-all, forward and backward
     moe = (d.num_experts > 1).to(d.tp.dtype) * transformer
-    ep_bytes = tokens * d.hidden_size * d.top_k * elem
+    # with sequence parallelism each tensor-parallel rank dispatches only its 1/tp of the tokens
+    # (Megatron-Core MoE: the token dispatcher runs on the sequence-parallel shards)
+    sp_div = torch.where(d.sequence_parallel > 0, d.tp, torch.ones_like(d.tp))
+    ep_bytes = tokens * d.hidden_size * d.top_k * elem / sp_div
     ep_a2a = _on_group(coll.group_all_to_all_time_s, d, links, ep_bytes, d.ep, d.tp * d.cp) * moe
     return {
         "tp_fwd": _exposed(2.0 * tp_ar, tp_hide * layer.fwd_slots[..., TP_OVERLAP_SLOTS].sum(-1), eff),

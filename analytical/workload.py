@@ -348,10 +348,11 @@ def memory_bound_bytes_per_layer(d: DesignBatch) -> tuple[torch.Tensor, torch.Te
     Norms (read + write), residual adds with dropout (two reads, a write and a 1-byte mask), the
     activation function, MoE token permutation, and for unfused attention the scale-mask-softmax
     and attention dropout over the a s^2 scores. Narrow-format GEMMs (fp8, mxfp8, nvfp4) add the
-    casts of their four activation inputs (Transformer Engine's cast / cast-transpose kernels: read
-    16-bit, write the narrow copy and its transpose for the backward pass) and their scaling
-    (amax) bookkeeping; the backward pass (twice the forward's traffic in `step`) casts the
-    gradients the same way.
+    cast of the one activation input no kernel before it writes in the narrow format, the
+    attention output entering the output projection (Transformer Engine's cast-transpose: read
+    16-bit, write the narrow copy and its transpose for the backward pass; its LayerNormLinear and
+    LayerNormMLP fuse the casts of the norm and activation outputs), and the scaling (amax)
+    bookkeeping; the backward pass (twice the forward's traffic in `step`) casts the gradients.
     """
     tr, lstm = is_kind(d, "transformer"), is_kind(d, "lstm")
     t = d.tp
@@ -365,8 +366,7 @@ def memory_bound_bytes_per_layer(d: DesignBatch) -> tuple[torch.Tensor, torch.Te
     permute = moe * 4.0 * th * d.top_k
     scores = d.micro_batch_size * d.num_heads / t * (d.seq_length / d.cp) * d.seq_length
     softmax_dropout = 4.5 * scores * (1.0 - d.flash_attention)
-    gemm_inputs = 2.0 * th / sp_div + th / t + local_tokens(d) * mlp_width(d) / t
-    casts = is_narrow(d) * gemm_inputs * (elem + 2.0 * gemm_bytes_per_element(d))
+    casts = is_narrow(d) * th / t * (elem + 2.0 * gemm_bytes_per_element(d))
     tr_bytes = tr * (elem * (norms + residual + act + permute + softmax_dropout) + casts)
     tr_kernels = tr * (5.0 + 2.0 * moe + 2.0 * (1.0 - d.flash_attention) + 4.0 * is_narrow(d))
     lstm_bytes = lstm * elem * 12.0 * local_tokens(d) * d.hidden_size

@@ -220,9 +220,11 @@ def report(rows: Rows, eff: Efficiency, pred: dict | None = None) -> dict:
 
 
 FIT_FIELDS = ("gemm_peak_fraction", "gemm_tile_overhead_s", "narrow_gemm_peak_fraction", "hbm_bw_fraction",
-              "scale_out_bw_fraction", "zero3_comm_fraction", "overlap_compute_slowdown", "layer_overhead_s")
+              "flash_attention_fraction", "scale_up_bw_fraction", "scale_out_bw_fraction", "zero3_comm_fraction",
+              "overlap_compute_slowdown", "layer_overhead_s")
 FIT_BOUNDS = {"gemm_peak_fraction": (0.5, 1.0), "gemm_tile_overhead_s": (0.0, 2e-5),
               "narrow_gemm_peak_fraction": (0.3, 1.0), "hbm_bw_fraction": (0.3, 1.0),
+              "flash_attention_fraction": (0.2, 1.0), "scale_up_bw_fraction": (0.3, 1.0),
               "scale_out_bw_fraction": (0.1, 1.0), "zero3_comm_fraction": (0.02, 1.0),
               "overlap_compute_slowdown": (1.0, 3.0), "layer_overhead_s": (0.0, 5e-3)}
 

@@ -57,10 +57,14 @@ def leave_one_source_out(quiet: bool) -> dict:
     return out
 
 
+def all_rows() -> Rows:
+    return concat([read_rows(str(HERE / f)) for f in ("published_runs.csv", "vtrain_ground_truth_multi.csv",
+                                                      "modern_runs.csv")])
+
+
 def leave_one_generation_out(quiet: bool) -> dict:
     """Fit on the older generations' rows (all visible files), report the newer ones."""
-    rows = concat([read_rows(str(HERE / f)) for f in ("published_runs.csv", "vtrain_ground_truth_multi.csv",
-                                                      "modern_runs.csv")])
+    rows = all_rows()
     gens = np.array([generation(spec[0]) for spec in rows.specs])
     by_gen = {g: rows.subset(gens == g) for g in GENERATIONS if (gens == g).any()}
     out = {}
@@ -84,7 +88,13 @@ def leave_one_generation_out(quiet: bool) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print only the final JSON line")
+    parser.add_argument("--fit-shipped", action="store_true",
+                        help="fit the constants on every visible row (how the shipped defaults were made) and print them")
     args = parser.parse_args()
+    if args.fit_shipped:
+        eff = fit_efficiency(all_rows())
+        print(json.dumps({"fitted_on_all_visible_rows": eff.as_dict()}))
+        return
     if not args.json:
         print("leave one source out\n" + HEADER)
     result = {"leave_one_source_out": leave_one_source_out(args.json)}

@@ -22,7 +22,7 @@ from analytical import DEFAULT_EFFICIENCY, Efficiency
 from deepflow.calibration import Calibration, predict_calibrated
 from deepflow.cli import main
 from deepflow.presets import ConfigError
-from deepflow.validation import predict, read_rows
+from deepflow.validation import FIT_FIELDS, predict, read_rows
 
 REPO = Path(__file__).resolve().parents[2]
 PUBLISHED = REPO / "experiments" / "validation" / "published_runs.csv"
@@ -331,7 +331,7 @@ BAD_CSV = [
     (_edit("measured_iter_time_s", -3.0), [], "measured_iter_time_s = -3.0 is invalid"),
     (_edit("measured_iter_time_s", None), [], "measured_iter_time_s = nan is invalid"),
     (_edit("num_layers", "many"), [], "data="),
-    (lambda df: df.head(5), [], "5 rows are too few to fit 8 constants"),
+    (lambda df: df.head(5), [], f"5 rows are too few to fit {len(FIT_FIELDS)} constants"),
     (lambda df: df.head(3), ["fields=[gemm_peak_fraction]", "folds=5"], "folds=5 is invalid: allowed at most the 3 rows"),
     (_edit("gpu", "h100-sxm-80gb"), ["fit=per_accelerator", "fields=[gemm_peak_fraction]"],
      "gpu h100-sxm-80gb has 1 rows, too few for fit=per_accelerator"),

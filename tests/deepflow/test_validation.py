@@ -18,9 +18,18 @@ DATA = Path(__file__).resolve().parents[2] / "experiments" / "validation"
 def test_published_runs_error_is_bounded():
     result = report(read_rows(str(DATA / "published_runs.csv")), DEFAULT_EFFICIENCY)
     assert result["summary"]["n"] == 30
-    assert result["summary"]["mape"] < 0.04
+    # one set of constants for every generation: 4.2 % here (the A100-only constants gave 3.4 %)
+    assert result["summary"]["mape"] < 0.045
     assert result["summary"]["max_abs_error"] < 0.12
     assert result["summary"]["infeasible_rows"] == 0
+
+
+def test_every_modern_run_is_feasible_and_bounded():
+    """Every configuration of modern_runs.csv was trained: none may come out infeasible."""
+    result = report(read_rows(str(DATA / "modern_runs.csv")), DEFAULT_EFFICIENCY)
+    summary = result["summary"]
+    assert summary["n"] >= 60 and summary["infeasible_rows"] == 0
+    assert summary["mape"] < 0.25  # measured 15.5 % (README, Validation)
 
 
 def test_vtrain_rows_are_ranked_within_each_model():

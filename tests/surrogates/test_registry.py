@@ -51,7 +51,7 @@ def store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained():
     space = space_from_config(compose_config(["space=hardware-mapping"], config_name="sample"))
-    u = space.sample(360, seed=1)
+    u = space.sample(600, seed=1)  # (power budgets rule out ~1 in 5: enough feasible designs in each split)
     samples = samples_frame(space, u, space.evaluate(u))
     result = train_surrogate(samples, space_to_dict(space), "mlp_ensemble", TINY, classifier=TINY_CLASSIFIER, seed=0)
     return samples, result
@@ -70,9 +70,11 @@ def registered(store, trained):
 
 
 def designs_of(trained, n=5):
-    """n designs of the training split (inside the trained range: no extrapolation warning)."""
+    """n feasible designs of the training split (inside the range the regressors were trained on,
+    feasible designs only: no extrapolation warning)."""
     samples, result = trained
-    return samples.loc[result.splits.train, result.predictor.input_columns].iloc[:n].reset_index(drop=True)
+    train = samples.loc[result.splits.train]
+    return train.loc[train["feasible"].astype(bool), result.predictor.input_columns].iloc[:n].reset_index(drop=True)
 
 
 def test_training_reports_every_metric_on_both_splits(trained):
