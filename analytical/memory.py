@@ -13,7 +13,8 @@ import torch
 
 from analytical.design import PRECISION_CODES, DesignBatch
 from analytical.workload import (activation_bytes_per_element, activation_bytes_per_layer, embedding_params,
-                                 gemm_bytes_per_element, is_kind, is_narrow, stage_layers, layer_params, local_tokens, per_evaluation)
+                                 gemm_bytes_per_element, is_kind, is_narrow, recompute_transient_bytes,
+                                 stage_layers, layer_params, local_tokens, per_evaluation)
 
 GIB = 2.0**30
 # CUDA context, cuBLAS workspaces and allocator fragmentation that no tensor of the model holds:
@@ -79,7 +80,8 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
     elem = activation_bytes_per_element(d)
     layers_per_stage = stage_layers(d)
     kept_layers = torch.clamp_min(layers_per_stage - d.offload_layers, 0.0)  # the rest wait in host memory
-    activations = activation_bytes_per_layer(d) * kept_layers * in_flight_micro_batches(d)
+    activations = (activation_bytes_per_layer(d) * kept_layers * in_flight_micro_batches(d)
+                   + recompute_transient_bytes(d))
     logits = local_tokens(d) * d.vocab_size / d.tp * (elem + 4.0) * (1.0 - is_kind(d, "gemm"))
     message = local_tokens(d) * d.hidden_size * elem
     dense, _ = layer_params(d)

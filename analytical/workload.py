@@ -286,8 +286,9 @@ def model_flops_per_step(d: DesignBatch, gemms: Gemms | None = None,
 
 
 @per_evaluation
-def activation_bytes_per_layer(d: DesignBatch) -> torch.Tensor:
-    """Activation memory one layer keeps for backward, per micro-batch and device.
+def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(kept, transient)`: activation memory one layer keeps for backward, per micro-batch and
+    device, and what full recompute holds on top while it rebuilds a layer.
 
     Korthikanti et al. 2022, Table 2, generalised to GQA, SwiGLU and MoE: with 16-bit
     activations, b s h (10 + 24/t + 5 a s/(h t)) bytes without sequence parallelism for GPT.
@@ -327,7 +328,25 @@ def activation_bytes_per_layer(d: DesignBatch) -> torch.Tensor:
     gemm_bytes = is_kind(d, "gemm") * 2.0 * d.micro_batch_size * d.gemm_m * d.gemm_k
     kept = tr * 2.0 * th / sp_div  # full recompute keeps only the layer input
     per_layer = torch.where(d.recompute == RECOMPUTE_CODES["full"], kept, full)
-    return (per_layer + lstm_bytes + gemm_bytes) * activation_bytes_per_element(d) / 2.0
+    scale = activation_bytes_per_element(d) / 2.0
+    # full recompute rebuilds one layer's activations at a time in the backward pass: that layer's
+    # whole set is live on top of the kept inputs (Korthikanti et al. 2022, sec. 4.2)
+    transient = torch.where(d.recompute == RECOMPUTE_CODES["full"], full, torch.zeros_like(full)) * scale
+    return (per_layer + lstm_bytes + gemm_bytes) * scale, transient
+
+
+@per_evaluation
+def activation_bytes_per_layer(d: DesignBatch) -> torch.Tensor:
+    """Activation memory one layer keeps for backward, per micro-batch and device
+    (`layer_activation_bytes`)."""
+    return layer_activation_bytes(d)[0]
+
+
+@per_evaluation
+def recompute_transient_bytes(d: DesignBatch) -> torch.Tensor:
+    """Activations of the one layer full recompute rebuilds at a time in the backward pass (0 unless
+    recompute is full)."""
+    return layer_activation_bytes(d)[1]
 
 
 @per_evaluation

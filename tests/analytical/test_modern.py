@@ -180,3 +180,16 @@ def test_fsdp_combines_with_pipeline_parallelism(h100, make_system, run, llama7b
     m = dict(tp=1, pp=2, dp=8, zero_stage=3, global_batch_size=16)
     assert int(run(h100, make_system(16), llama7b, MappingSpec(**m)).reason[0]) == int(Reason.ZERO_WITH_PIPELINE)
     assert int(run(h100, make_system(16), llama7b, MappingSpec(**m, fsdp=True)).reason[0]) != int(Reason.ZERO_WITH_PIPELINE)
+
+
+def test_full_recompute_holds_one_rebuilt_layer(h100, system, design, llama7b):
+    from analytical.workload import activation_bytes_per_layer, recompute_transient_bytes
+
+    none = design(h100, system, llama7b, MappingSpec(global_batch_size=8, recompute="none"))
+    full = design(h100, system, llama7b, MappingSpec(global_batch_size=8, recompute="full"))
+    assert float(recompute_transient_bytes(none)[0]) == 0.0
+    assert float(recompute_transient_bytes(full)[0]) == float(activation_bytes_per_layer(none)[0])
+    kept = float(activation_bytes_per_layer(full)[0]) * 32 + float(activation_bytes_per_layer(none)[0])
+    logits = float(memory_breakdown(full)["activations"][0]) - kept
+    assert 0.0 < logits == pytest.approx(float(memory_breakdown(none)["activations"][0])
+                                         - 32 * float(activation_bytes_per_layer(none)[0]), rel=1e-9)
