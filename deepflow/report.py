@@ -68,7 +68,10 @@ def validation_table(result: dict) -> str:
     s = result["summary"]
     lines += ["", f"n = {s['n']}   mean |error| = {s['mape']:.1%}   max |error| = {s['max_abs_error']:.1%}   "
                   f"median |error| = {s['median_abs_error']:.1%}   mean signed error = {s['mean_signed_error']:+.1%}"]
-    ranked = {k: g for k, g in result["by_group"].items() if g["n"] > 2}
+    if "memory_n" in s:
+        lines.append(f"device memory, {s['memory_n']} rows that state it: mean |error| = {s['memory_mape']:.1%}   "
+                     f"max |error| = {s['memory_max_abs_error']:.1%}   within 10 %: {s['memory_within_10pct']}")
+    ranked = {k: g for k, g in result["by_group"].items() if g["n"] > 2 and g["kendall_tau"] is not None}
     if ranked:
         lines.append("Kendall tau of predicted vs measured time, per model:")
         for group, g in ranked.items():

@@ -25,6 +25,7 @@ from analytical import Efficiency, Reason, SystemSpec, evaluate, stack_designs
 from analytical.specs import MappingSpec, ModelSpec
 from deepflow.presets import ConfigError, load_preset
 
+GIB = 2.0 ** 30
 PUBLISHED_REQUIRED = ("id", "num_layers", "hidden_size", "num_heads", "vocab_size", "seq_length", "precision",
                       "gpu", "num_gpus", "gpus_per_node", "tp", "pp", "dp", "micro_batch_size",
                       "global_batch_size", "recompute", "measured_iter_time_s")
@@ -46,18 +47,25 @@ class Rows:
     sources: list[str]
     specs: list[tuple]  # (accelerator, system, model, mapping)
     measured_s: np.ndarray
+    # device memory measured by the source (GiB; NaN where not stated); None: no row states it
+    measured_memory_gib: np.ndarray | None = None
+
+    def memory(self) -> np.ndarray:
+        """`measured_memory_gib`, NaN-filled where the CSV has no such column."""
+        return np.full(len(self.ids), np.nan) if self.measured_memory_gib is None else self.measured_memory_gib
 
     def subset(self, mask: np.ndarray) -> "Rows":
         keep = np.flatnonzero(mask)
         return Rows([self.ids[i] for i in keep], [self.groups[i] for i in keep],
-                    [self.sources[i] for i in keep], [self.specs[i] for i in keep], self.measured_s[keep])
+                    [self.sources[i] for i in keep], [self.specs[i] for i in keep], self.measured_s[keep],
+                    self.memory()[keep])
 
 
 def concat(parts: list[Rows]) -> Rows:
     """The rows of several `Rows`, in order."""
     return Rows(sum((p.ids for p in parts), []), sum((p.groups for p in parts), []),
                 sum((p.sources for p in parts), []), sum((p.specs for p in parts), []),
-                np.concatenate([p.measured_s for p in parts]))
+                np.concatenate([p.measured_s for p in parts]), np.concatenate([p.memory() for p in parts]))
 
 
 # Accelerator generations, oldest first, told apart by spec fields alone (never by name): the
@@ -176,8 +184,10 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
         specs = _lightest_recompute_that_fits(specs, auto)
     groups = [str(m) for m in frame["model"]] if "model" in frame.columns else list(frame["id"])
     sources = [str(s).split(";")[0].split(" Table")[0] for s in frame.get("source", frame["id"])]
+    memory = (pd.to_numeric(frame["measured_memory_gib"], errors="coerce").to_numpy(dtype=float)
+              if "measured_memory_gib" in frame.columns else None)
     return Rows(list(map(str, frame["id"])), groups, sources, specs,
-                frame["measured_iter_time_s"].to_numpy(dtype=float))
+                frame["measured_iter_time_s"].to_numpy(dtype=float), memory)
 
 
 def predict(rows: Rows, eff: Efficiency) -> dict[str, np.ndarray]:
@@ -185,7 +195,7 @@ def predict(rows: Rows, eff: Efficiency) -> dict[str, np.ndarray]:
     batch = stack_designs(*zip(*rows.specs))
     result = evaluate(batch, eff)
     return {"predicted_s": result.step_time_s.numpy(), "feasible": result.feasible.numpy(),
-            "reason": result.reason.numpy()}
+            "reason": result.reason.numpy(), "memory_gib": result.memory_per_device_bytes.numpy() / GIB}
 
 
 def kendall_tau(x: np.ndarray, y: np.ndarray) -> float:
@@ -193,6 +203,11 @@ def kendall_tau(x: np.ndarray, y: np.ndarray) -> float:
     from scipy.stats import kendalltau
 
     return float(kendalltau(x, y).statistic) if len(x) > 1 else float("nan")
+
+
+def _finite_or_none(x: float) -> float | None:
+    """JSON has no NaN: an undefined statistic (one row, or no spread) is null."""
+    return None if math.isnan(x) else x
 
 
 def report(rows: Rows, eff: Efficiency, pred: dict | None = None) -> dict:
@@ -205,15 +220,26 @@ def report(rows: Rows, eff: Efficiency, pred: dict | None = None) -> dict:
     out_rows = [{"id": i, "predicted_s": float(p), "measured_s": float(m), "error": float(e),
                  "feasible": bool(f)}
                 for i, p, m, e, f in zip(rows.ids, pred["predicted_s"], rows.measured_s, error, pred["feasible"])]
+    measured_gib = rows.memory()
+    has_memory = np.isfinite(measured_gib) & (measured_gib > 0)
+    memory_error = pred["memory_gib"] / np.where(has_memory, measured_gib, 1.0) - 1.0
+    for i in np.flatnonzero(has_memory):
+        out_rows[i].update(predicted_memory_gib=float(pred["memory_gib"][i]),
+                           measured_memory_gib=float(measured_gib[i]), memory_error=float(memory_error[i]))
     by_group = {}
     for group in dict.fromkeys(rows.groups):
         idx = np.array([g == group for g in rows.groups])
         by_group[group] = {"n": int(idx.sum()), "mape": float(abs_err[idx].mean()),
-                           "kendall_tau": kendall_tau(pred["predicted_s"][idx], rows.measured_s[idx])}
+                           "kendall_tau": _finite_or_none(kendall_tau(pred["predicted_s"][idx], rows.measured_s[idx]))}
     summary = {"n": len(rows.ids), "mape": float(abs_err.mean()), "max_abs_error": float(abs_err.max()),
                "median_abs_error": float(np.median(abs_err)), "mean_signed_error": float(error.mean()),
                "infeasible_rows": int((~pred["feasible"]).sum())}
-    taus = [g["kendall_tau"] for g in by_group.values() if g["n"] > 2]
+    if has_memory.any():
+        memory_abs = np.abs(memory_error[has_memory])
+        summary.update(memory_n=int(has_memory.sum()), memory_mape=float(memory_abs.mean()),
+                       memory_max_abs_error=float(memory_abs.max()),
+                       memory_within_10pct=int((memory_abs <= 0.10).sum()))
+    taus = [g["kendall_tau"] for g in by_group.values() if g["n"] > 2 and g["kendall_tau"] is not None]
     if taus:
         summary["min_kendall_tau"] = float(min(taus))
     return {"summary": summary, "rows": out_rows, "by_group": by_group}

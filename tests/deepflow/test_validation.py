@@ -69,3 +69,41 @@ def test_unknown_gpu_and_missing_column_name_the_problem(tmp_path):
     frame.drop(columns=["tp"]).to_csv(tmp_path / "col.csv", index=False)
     with pytest.raises(ConfigError, match="missing columns tp"):
         read_rows(str(tmp_path / "col.csv"))
+
+
+def test_measured_memory_is_compared_where_a_row_states_it(tmp_path):
+    """Rows with `measured_memory_gib` get the predicted memory and its error; the others get neither."""
+    first_two = pd.read_csv(DATA / "published_runs.csv").head(2)
+    frame = pd.concat([first_two, first_two.iloc[[1]]], ignore_index=True)
+    frame["id"] = ["a", "b", "b-again"]
+    plain = report(read_rows(_write(frame, tmp_path / "plain.csv")), DEFAULT_EFFICIENCY)
+    assert "memory_n" not in plain["summary"] and "memory_error" not in plain["rows"][0]
+    predicted = [None] * 3
+    frame["measured_memory_gib"] = [np.nan, 40.0, 20.0]
+    result = report(read_rows(_write(frame, tmp_path / "memory.csv")), DEFAULT_EFFICIENCY)
+    rows = result["rows"]
+    assert "memory_error" not in rows[0]
+    for row, measured in zip(rows[1:], (40.0, 20.0)):
+        assert row["measured_memory_gib"] == measured
+        assert row["memory_error"] == pytest.approx(row["predicted_memory_gib"] / measured - 1.0)
+        predicted[rows.index(row)] = row["predicted_memory_gib"]
+    assert predicted[1] == predicted[2] > 0  # the same configuration twice, two readings
+    summary = result["summary"]
+    assert summary["memory_n"] == 2
+    assert summary["memory_mape"] == pytest.approx(np.mean([abs(r["memory_error"]) for r in rows[1:]]))
+    assert summary["memory_within_10pct"] == sum(abs(r["memory_error"]) <= 0.10 for r in rows[1:])
+
+
+def test_a_one_row_model_has_no_kendall_tau_and_the_report_is_strict_json(tmp_path):
+    import json
+
+    frame = pd.read_csv(DATA / "published_runs.csv").head(2).copy()
+    frame["model"] = ["a", "b"]
+    result = report(read_rows(_write(frame, tmp_path / "two.csv")), DEFAULT_EFFICIENCY)
+    assert result["by_group"]["a"]["kendall_tau"] is None
+    json.dumps(result, allow_nan=False)  # raises on NaN
+
+
+def _write(frame: pd.DataFrame, path) -> str:
+    frame.to_csv(path, index=False)
+    return str(path)
