@@ -51,7 +51,7 @@ def cmd_evaluate(overrides: list[str]) -> int:
         print(json.dumps({"design": design_line(*specs), **given, **row}))
     else:
         print(design_line(*specs) + (f"; calibration={calibration.path}" if calibration is not None else ""))
-        print(step_table(row, specs[0].hbm_gib * 2.0**30, specs[0].tdp_w))
+        print(step_table(row, specs[0].hbm_gib * 2.0**30, float(design.tdp_w[0])))  # a power limit lowers it
     return 0
 
 

@@ -27,7 +27,10 @@ def design_line(accelerator, system, model, mapping) -> str:
             f"sp={int(mapping.sequence_parallel)} mb={mapping.micro_batch_size} gb={mapping.global_batch_size} "
             f"recompute={mapping.recompute} zero={mapping.zero_stage} distopt={int(mapping.distributed_optimizer)} "
             f"precision={mapping.precision} "
-            f"flash={int(mapping.flash_attention)}")
+            f"flash={int(mapping.flash_attention)}"
+            + (" fsdp=1" if mapping.fsdp else "")
+            + (f" offload_layers={mapping.offload_layers}" if mapping.offload_layers else "")
+            + (f" power_limit={accelerator.power_limit_w:g}W" if accelerator.power_limit_w else ""))
 
 
 def step_table(row: dict, hbm_bytes: float, tdp_w: float = 0.0) -> str:

@@ -38,3 +38,13 @@ def test_evaluate_table_prints_energy_and_the_power_verdict():
     assert json.loads(tight.stdout)["reason"] == "power_over_budget"
     bad = run("evaluate", "hardware.logic_node=N6")
     assert bad.returncode == 2 and "hardware.logic_node" in bad.stderr and "N7" in bad.stderr
+
+
+def test_a_power_limit_is_the_budget_the_table_names_and_slows_the_step():
+    common = ("hardware=h100-sxm-80gb", "system=dgx-h100-superpod", "model=llama3-70b", "mapping=llama3-70b-1024")
+    capped = run("evaluate", *common, "hardware.power_limit_w=500")
+    assert capped.returncode == 0, capped.stderr
+    assert "power_limit=500W" in capped.stdout and "of 500 W budget" in capped.stdout
+    free, limited = (json.loads(run("evaluate", "output=json", *common, *extra).stdout)
+                     for extra in ((), ("hardware.power_limit_w=500",)))
+    assert limited["step_time_s"] > free["step_time_s"] and limited["avg_power_w"] <= 500.0
