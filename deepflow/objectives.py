@@ -91,6 +91,11 @@ class Objective:
     def constraint_names(self) -> list[str]:
         return ["memory", "power", "other"] if self.name == "time_at_power_cap" else ["memory", "other"]
 
+    @property
+    def modelled_constraints(self) -> list[int]:
+        """Columns of `constraints` that are continuous margins (memory, power), not the 0/1 "other" label."""
+        return [j for j, name in enumerate(self.constraint_names) if name in MODELLED_REASONS]
+
     def objectives(self, result: StepResult) -> torch.Tensor:
         """`n x m` objectives (logs; non-finite -> PLACEHOLDER)."""
         cols = []

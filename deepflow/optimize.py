@@ -185,16 +185,24 @@ def _warm_start(job: Job, store: RunStore, quiet: bool):
         return load_surrogate(directory)
     start = time.perf_counter()
     X = job.space.sample(samples, method="sobol", seed=job.seed + 7919)
-    Y, feasible, _, result = job.objective.evaluate(job.space, X)
+    Y, feasible, C, result = job.objective.evaluate(job.space, X)
+    # the surrogate learns the objectives and the modelled constraint margins (memory, power) side by
+    # side, on every valid mapping (feasible, or over memory / power: their times are still the
+    # model's), so BO's constraint GPs get the same prior as its objective GPs
+    margins = C[:, job.objective.modelled_constraints]
+    Y = torch.cat([Y, margins], dim=-1)
+    valid = (C[:, job.objective.constraint_names.index("other")] <= 0) & torch.isfinite(Y).all(-1)
     cls = model_class(job.warm_start.get("model"))
     # the input encodings of the space (snapped bins, one-hot categoricals, ...), as training gives them
     params = fill_input_dims(dict(job.warm_start.get("params") or {}), inspect.signature(cls.__init__).parameters,
                              DesignColumns(job.space.parameters))
-    rows = feasible if int(feasible.sum()) >= 2 else torch.ones_like(feasible)
+    rows = valid if int(valid.sum()) >= 2 else torch.ones_like(valid)
     model = cls(**params).fit(X[rows], Y[rows])
     model.save(directory)
     frame = pd.DataFrame(X.numpy(), columns=point_columns(job.space.dim))
-    for j, name in enumerate(job.objective.outcome_names):
+    names = job.objective.outcome_names + [f"constraint_{job.objective.constraint_names[j]}"
+                                           for j in job.objective.modelled_constraints]
+    for j, name in enumerate(names):
         frame[name] = Y[:, j].numpy()
     frame["feasible"] = feasible.numpy()
     frame.to_parquet(store.directory / "warm_start_samples.parquet", index=False)

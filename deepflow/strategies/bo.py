@@ -247,7 +247,9 @@ class BayesianOptimization:
       caller's). One: GP fits of a few hundred points gain nothing from more, and on a shared
       machine intra-op threads make them several times slower.
     ref_point: two objectives only: hypervolume reference point in Y units (minimized), length 2.
-    prior: an optional fitted surrogate (see `SurrogateMean`); prior_targets: its column per objective.
+    prior: an optional fitted surrogate (see `SurrogateMean`); prior_targets: its column per objective;
+      prior_constraint_targets: `{constraint column of History.C: surrogate column}` for the
+      constraints whose GPs take the surrogate as prior mean too (the memory and power margins).
     """
 
     name = "bo"
@@ -256,7 +258,8 @@ class BayesianOptimization:
                  mc_samples: int = 64, max_enumerate: int = 200_000, ref_point: Optional[list[float]] = None,
                  prior=None, prior_targets: Optional[list[int]] = None, maxiter_alternating: int = 16,
                  max_grid: int = 2_000_000, screen: int = 2048, fit_maxiter: int = 75,
-                 num_threads: Optional[int] = 1, warm_start: bool = False, fit_maxiter_warm: int = 20):
+                 num_threads: Optional[int] = 1, warm_start: bool = False, fit_maxiter_warm: int = 20,
+                 prior_constraint_targets: Optional[dict[int, int]] = None):
         self.n_init = n_init
         self.num_restarts = num_restarts
         self.raw_samples = raw_samples
@@ -265,6 +268,7 @@ class BayesianOptimization:
         self.ref_point = ref_point
         self.prior = prior
         self.prior_targets = prior_targets
+        self.prior_constraint_targets = prior_constraint_targets
         self.maxiter_alternating = maxiter_alternating
         self.max_grid = max_grid
         self.screen = screen
@@ -300,8 +304,7 @@ class BayesianOptimization:
         else:
             model = SingleTaskGP(X, Y, train_Yvar=Yvar)
         if target is not None and self.prior is not None:
-            targets = self.prior_targets or list(range(8))
-            model.mean_module = SurrogateMean(self.prior, targets[target])
+            model.mean_module = SurrogateMean(self.prior, target)
         warm = self.warm_start and key is not None
         maxiter = self.fit_maxiter
         if warm and key in self._hyperparameters:
@@ -320,7 +323,7 @@ class BayesianOptimization:
         return model
 
     def fit(self, space: DesignSpace, history: History):
-        """`(model, X_all, num_objectives, constraint outcome indices)` from the history."""
+        """`(model, X, Y, feasible, constraint outcome indices)` from the history (one row per design)."""
         Xs = snap(space, history.X)
         keys = design_keys(space, Xs)
         first: dict[tuple, int] = {}
@@ -331,12 +334,15 @@ class BayesianOptimization:
         C = history.C[idx] if history.C is not None else torch.zeros(len(idx), 0, dtype=DTYPE)
         rows = feas if int(feas.sum()) >= 2 else torch.ones_like(feas)
         skey = space_key(space)
-        models = [self._gp(space, X[rows], Y[rows, j], target=j, key=(skey, "objective", j))
+        targets = self.prior_targets or list(range(Y.shape[1]))
+        models = [self._gp(space, X[rows], Y[rows, j], target=targets[j], key=(skey, "objective", j))
                   for j in range(Y.shape[1])]
+        constraint_targets = self.prior_constraint_targets or {}
         cons = []
         for j in range(C.shape[1]):
             if float(C[:, j].max() - C[:, j].min()) > 1e-9:
-                models.append(self._gp(space, X, C[:, j], key=(skey, "constraint", j)))
+                models.append(self._gp(space, X, C[:, j], target=constraint_targets.get(j),
+                                       key=(skey, "constraint", j)))
                 cons.append(len(models) - 1)
         model = models[0] if len(models) == 1 else ModelListGP(*models)
         return model, X, Y, feas, cons

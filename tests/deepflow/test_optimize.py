@@ -221,3 +221,14 @@ def test_sweep_expansion_is_the_cartesian_product_in_key_order():
     jobs = expand(["seed=0,1", "budget=3", "chip.logic_node=N7,N5"], {"chip.logic_node": "N3", "q": [1, 2]})
     assert jobs == [[f"seed={s}", "budget=3", f"chip.logic_node={n}", f"q={q}"]
                     for s in (0, 1) for n in ("N7", "N5") for q in (1, 2)]
+
+
+def test_warm_start_learns_the_memory_margin_beside_the_objective(tmp_path, monkeypatch):
+    """bo-warm's surrogate is fitted on [log step time, memory margin] of its Sobol samples."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["optimize", "experiment=quickstart", "optimum=null", "budget=8", "q=4", "seed=1",
+                 "warm_start.samples=64", "warm_start.params.max_epochs=5"]) == 0
+    samples = pd.read_parquet(next(tmp_path.glob("outputs/quickstart/*/warm_start_samples.parquet")))
+    assert {"log_step_time_s", "constraint_memory"} <= set(samples.columns) and len(samples) == 64
+    assert samples["constraint_memory"].gt(0).any() and samples["constraint_memory"].lt(0).any()
+    assert (samples.loc[samples["feasible"], "constraint_memory"] <= 0).all()  # what fits has a margin <= 0
