@@ -3,12 +3,22 @@
     deepflow sample space=hardware-mapping n=100000 sampler=sobol
 
 Draws `n` points of the space's unit cube (scrambled Sobol or uniform; points that break a known
-mapping rule are redrawn), evaluates them in batches of `batch_size` with a progress bar, and
-writes one row per design: the named design columns, their encodings `u_<name>`, and every output
-of the analytical model (`surrogates.columns.samples_frame`). Infeasible designs are kept, with
-`feasible = False` and their `reason`. The Parquet file is written first (nothing is lost if MLflow
-is down); then an MLflow run of experiment `samples` (or `tracking.experiment`) gets it as a
-dataset input and as an artifact (`samples/<file>`), with the space as `space.json`.
+mapping rule are dropped and more are drawn), in blocks of `batch_size` raw draws
+(`deepflow.shards`), evaluates them with a progress bar, and writes one row per design: its
+`design_id` (its index in the sequence), the named design columns, their encodings `u_<name>`, and
+every output of the analytical model (`surrogates.columns.samples_frame`). Infeasible designs are
+kept, with `feasible = False` and their `reason`.
+
+Output: with `executor=local` (the default) and `out` ending in `.parquet`, one Parquet file built
+in memory. With `executor=ray`, or an `out` without that suffix, a directory of Parquet shards (one
+per block, written by whichever process computed it) and a `manifest.json`, in constant memory; a
+run that died is continued by the same command (its finished shards are kept). Both give the
+same designs and values for the same space, n, sampler, seed and batch_size.
+
+The Parquet output is written first (nothing is lost if MLflow is down); then an MLflow run of
+experiment `samples` (or `tracking.experiment`) gets a single file as a dataset input and as an
+artifact (`samples/<file>`), a shard directory as its path and manifest, with the space as
+`space.json`.
 """
 
 from __future__ import annotations
@@ -33,6 +43,12 @@ def sample_options(cfg) -> tuple[int, str, int, int]:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"{key}={value!r} is invalid: allowed an integer >= {low}")
     return n, sampler, seed, batch
+
+
+def output_path(out, space_name: str, sampler: str, n: int, seed: int, sharded: bool) -> Path:
+    """Where the sample goes: `out`, else `samples/<space>-<sampler>-n<n>-s<seed>[.parquet]`."""
+    stem = f"{space_name}-{sampler}-n{n}-s{seed}"
+    return Path(out) if out else Path("samples") / (stem if sharded else f"{stem}.parquet")
 
 
 def evaluate_samples(space, u, batch_size: int, progress: bool = True):
@@ -73,40 +89,81 @@ def log_samples(df, space, path: Path, params: dict, metrics: dict, experiment: 
         return run.info.run_id
 
 
+def log_shards(space, directory: Path, params: dict, metrics: dict, experiment: str, calibration=None) -> str:
+    """Log a shard directory to MLflow: its path (the shards stay where they are: a sample of 1e8
+    designs is no artifact), its manifest, space.json and, with `calibration`, its file."""
+    import mlflow
+
+    from deepflow.shards import MANIFEST
+    from surrogates.columns import space_to_dict
+
+    mlflow.set_experiment(experiment)
+    with mlflow.start_run(run_name=directory.name) as run:
+        mlflow.set_tags({"deepflow.command": "sample", "deepflow.samples_dir": str(directory.resolve())})
+        mlflow.log_params(params)
+        mlflow.log_metrics(metrics)
+        mlflow.log_artifact(str(directory / MANIFEST), artifact_path="samples")
+        mlflow.log_dict(space_to_dict(space), "space.json")
+        if calibration is not None:
+            mlflow.log_param("calibration_sha256", calibration.sha256)
+            mlflow.log_artifact(calibration.path, artifact_path="calibration")
+        return run.info.run_id
+
+
 def cmd_sample(overrides: list[str]) -> int:
     from deepflow.calibration import calibration_from_config
     from deepflow.config import compose_config, option, space_from_config
+    from deepflow.executor import executor_options, sample_in_memory, sample_to_shards
+    from deepflow.shards import BlockPlan
     from deepflow.tracking import check_reachable, quiet_mlflow_logs, resolve_uri, ui_command
-    from surrogates.columns import write_samples
+    from surrogates.columns import space_json, write_samples
 
     cfg = compose_config(overrides, config_name="sample")
     n, sampler, seed, batch_size = sample_options(cfg)
+    executor = executor_options(cfg)
     use_mlflow = option(cfg, "mlflow", (True, False))
     calibration = calibration_from_config(cfg)  # checked here; space_from_config takes its constants
     space = space_from_config(cfg)
     out = option(cfg, "out")
-    path = Path(out) if out else Path("samples") / f"{space.name}-{sampler}-n{n}-s{seed}.parquet"
-    if path.suffix != ".parquet":
-        raise ConfigError(f"out={str(path)!r} is invalid: allowed a path ending in .parquet")
+    if out is not None and Path(str(out)).suffix not in ("", ".parquet"):
+        raise ConfigError(f"out={str(out)!r} is invalid: allowed a path ending in .parquet (one file) "
+                          "or a directory without a suffix (shards)")
+    sharded = executor.name == "ray" or (out is not None and Path(str(out)).suffix == "")
+    path = output_path(out, space.name, sampler, n, seed, sharded)
+    if sharded and path.suffix == ".parquet":
+        raise ConfigError(f"out={str(path)!r} is invalid with executor=ray: allowed a directory (no .parquet suffix)")
     uri = resolve_uri(cfg.tracking.get("uri"))
     if use_mlflow:
         check_reachable(uri)
 
+    plan = BlockPlan(space_json(space), n, sampler, seed, batch_size)
     start = time.perf_counter()
-    print(f"drawing {n:,} designs of space {space.name!r} that satisfy its known constraints ...", file=sys.stderr)
-    u = space.sample(n, method=sampler, seed=seed)
-    sample_s = time.perf_counter() - start
-    df = evaluate_samples(space, u, batch_size)
+    print(f"drawing {n:,} designs of space {space.name!r} that satisfy its known constraints "
+          f"({executor.name}) ...", file=sys.stderr)
+    if sharded:
+        shards = sample_to_shards(space, plan, path, executor)
+        feasible = shards["feasible"] / max(1, shards["designs"])
+    else:
+        df = sample_in_memory(space, plan)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_samples(df, space, path)
+        feasible = float(df["feasible"].mean())
     elapsed = time.perf_counter() - start
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_samples(df, space, path)
 
-    feasible = float(df["feasible"].mean())
-    reasons = df["reason"].value_counts().to_dict()
     print(f"{n:,} designs of space {space.name!r} ({space.dim} parameters, {sampler}, seed {seed}): "
-          f"drawn in {sample_s:.1f} s, evaluated in {elapsed - sample_s:.1f} s")
-    print(f"feasible: {feasible:.1%}; reasons: " + ", ".join(f"{k} {v:,}" for k, v in reasons.items()))
-    print(f"wrote {path} ({len(df.columns)} columns)")
+          f"drawn and evaluated in {elapsed:.1f} s ({n / elapsed:,.0f} designs/s, {executor.name})")
+    if sharded:
+        print(f"feasible: {feasible:.1%}; wrote {shards['shards']} shards to {path}/ "
+              f"({shards['designs']:,} designs, {shards['lost_designs']} lost, {shards['duplicate_designs']} "
+              f"duplicated" + (f", {shards['resumed_blocks']} blocks kept from an earlier run" if shards["resumed_blocks"]
+                               else "") + ")")
+        if shards["lost_designs"] or shards["duplicate_designs"]:
+            print(f"deepflow: error: the shards under {path} are incomplete: {shards}", file=sys.stderr)
+            return 1
+    else:
+        reasons = df["reason"].value_counts().to_dict()
+        print(f"feasible: {feasible:.1%}; reasons: " + ", ".join(f"{k} {v:,}" for k, v in reasons.items()))
+        print(f"wrote {path} ({len(df.columns)} columns)")
     if calibration is not None:
         print(f"labelled with the efficiency constants of calibration={calibration.path}")
     if use_mlflow:
@@ -118,9 +175,14 @@ def cmd_sample(overrides: list[str]) -> int:
                   "hardware": _preset(cfg, "hardware"), "system": _preset(cfg, "system"),
                   "model": _preset(cfg, "model"), "path": str(path.resolve()),
                   "calibration": None if calibration is None else str(Path(calibration.path).resolve())}
-        metrics = {"feasible_fraction": feasible, "sample_s": sample_s, "evaluate_s": elapsed - sample_s}
-        run_id = log_samples(df, space, path, params, metrics,
-                             str(cfg.tracking.get("experiment") or DEFAULT_EXPERIMENT), calibration)
+        params.update(executor=executor.name, batch_size=batch_size)
+        metrics = {"feasible_fraction": feasible, "evaluate_s": elapsed, "designs_per_s": n / elapsed}
+        experiment = str(cfg.tracking.get("experiment") or DEFAULT_EXPERIMENT)
+        if sharded:
+            metrics.update({k: float(shards[k]) for k in ("designs", "lost_designs", "duplicate_designs", "shards")})
+            run_id = log_shards(space, path, params, metrics, experiment, calibration)
+        else:
+            run_id = log_samples(df, space, path, params, metrics, experiment, calibration)
         print(f"MLflow run {run_id} (train on it: deepflow train-surrogate data={run_id})")
         print(f"see it: {ui_command(uri)}")
     return 0

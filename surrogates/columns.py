@@ -22,6 +22,7 @@ import dataclasses
 import json
 import math
 import warnings
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -306,10 +307,19 @@ def write_samples(df: pd.DataFrame, space: DesignSpace, path) -> None:
 
 
 def read_samples(path) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """`(samples, space record)` of a Parquet file `write_samples` wrote (SpecError otherwise)."""
+    """`(samples, space record)` of a Parquet file `write_samples` wrote, or of a directory of such
+    shards (`part-*.parquet`, as `deepflow sample` writes them with `executor=ray`), in order
+    (SpecError otherwise)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.read_table(str(path))
+    if Path(path).is_dir():
+        shards = sorted(Path(path).glob("part-*.parquet"))
+        if not shards:
+            raise SpecError("data", "directory", str(path), "a directory of part-*.parquet shards")
+        table = pa.concat_tables([pq.read_table(str(p)) for p in shards])
+    else:
+        table = pq.read_table(str(path))
     metadata = table.schema.metadata or {}
     if PARQUET_SPACE_KEY not in metadata:
         raise SpecError("data", "parquet metadata", str(path),

@@ -35,11 +35,11 @@ def uri(workdir):
 
 @pytest.fixture(scope="module")
 def sampled(workdir, uri):
-    out = run(workdir, "sample", "space=hardware-mapping", "n=400", "sampler=random", "seed=2", "batch_size=150",
+    out = run(workdir, "sample", "space=hardware-mapping", "n=400", "sampler=random", "seed=3", "batch_size=150",
               f"tracking.uri={uri}")
     assert out.returncode == 0, out.stderr
     run_id = out.stdout.split("MLflow run ")[1].split()[0]
-    return workdir / "samples" / "hardware-mapping-random-n400-s2.parquet", run_id, out
+    return workdir / "samples" / "hardware-mapping-random-n400-s3.parquet", run_id, out
 
 
 @pytest.fixture(scope="module")
