@@ -33,8 +33,8 @@ METRIC_COLUMNS = (("MAPE", "mape", "{:.2%}"), ("R2(log)", "r2_log", "{:.3f}"), (
 
 
 def read_data(data, tmp_dir: str):
-    """`(samples, space record, source, source run id or None)` of `data`: a Parquet path, an MLflow
-    run id of `deepflow sample`, or a `runs:/<run id>/<path>.parquet` artifact URI. `source` is where
+    """`(samples, space record, source, source run id or None)` of `data`: a Parquet path or shard
+    directory, an MLflow run id of `deepflow sample`, or a `runs:/<run id>/<path>.parquet` artifact URI. `source` is where
     the file lives (a path or the artifact's URI), for the dataset input of the training run."""
     from surrogates.columns import read_samples
 
@@ -42,7 +42,7 @@ def read_data(data, tmp_dir: str):
         raise ConfigError("data is required: allowed a Parquet file of `deepflow sample` or the MLflow run id "
                           "that logged one (data=samples/<file>.parquet or data=<run id>)")
     data = str(data)
-    if Path(data).is_file():
+    if Path(data).is_file() or Path(data).is_dir():  # a file, or a directory of shards (executor=ray)
         return (*read_samples(data), str(Path(data).resolve()), None)
     if RUN_ID.match(data) or data.startswith("runs:/"):
         import mlflow
@@ -56,6 +56,9 @@ def read_data(data, tmp_dir: str):
                 run_id = data
                 files = [f.path for f in mlflow.MlflowClient().list_artifacts(run_id, "samples")
                          if f.path.endswith(".parquet")]
+                shards = mlflow.get_run(run_id).data.tags.get("deepflow.samples_dir")
+                if not files and shards and Path(shards).is_dir():  # a sharded sample stays where it was written
+                    return (*read_samples(shards), shards, run_id)
                 if not files:
                     raise ConfigError(f"data={data!r}: that run has no samples/*.parquet artifact "
                                       f"(allowed the run id of `deepflow sample`)")

@@ -62,5 +62,11 @@ def test_sample_command_with_the_ray_executor(local_ray, tmp_path, monkeypatch, 
     run = client.search_runs([client.get_experiment_by_name("samples").experiment_id])[0]
     assert run.data.tags["deepflow.samples_dir"] == str(directory.resolve())
     assert run.data.metrics["lost_designs"] == 0 and run.data.params["executor"] == "ray"
+    from deepflow.train_surrogate import read_data  # train-surrogate takes the directory or the run id
+
+    mlflow.set_tracking_uri("sqlite:///" + str(tmp_path / "mlflow.db"))
+    for data in (str(directory), run.info.run_id):
+        frame, record, source, _ = read_data(data, str(tmp_path / "dl"))
+        assert len(frame) == 3000 and record["name"] == "mapping-only" and source == str(directory.resolve())
     assert main(["sample", "space=mapping-only", "executor=ray", "out=x.parquet", "mlflow=false"]) == 2
     assert "allowed a directory" in capsys.readouterr().err
