@@ -8,6 +8,8 @@ designs, then the sample is cut to exactly n. A task whose worker dies is run ag
 (`ray.max_retries`, default 3); its shard is written atomically, so a block is on disk once.
 `ray.address`: `local` starts a Ray instance on this machine with `ray.num_cpus` CPUs (default:
 all), `auto` joins the cluster this machine belongs to, `ray://host:port` a remote one (Ray Client).
+On a cluster of several machines the shard directory must be one every node sees (a shared file
+system): each task writes its shard where it runs.
 """
 
 from __future__ import annotations
@@ -173,7 +175,7 @@ def _ray_backend(space, plan: BlockPlan, directory: Path, options: ExecutorOptio
     space_ref = ray.put(space)
 
     def submit(block: int):
-        return remote.remote(space_ref, plan.method, plan.seed, block, plan.block_size, str(directory.resolve()))
+        return remote.remote(space_ref, plan.method, plan.seed, block, plan.block_size, str(directory.resolve()), 1)
 
     def wait(handles):
         ready, _ = ray.wait(handles, num_returns=1)

@@ -75,24 +75,29 @@ def shard_path(directory: Path, block: int) -> Path:
     return Path(directory) / f"part-{block:08d}.parquet"
 
 
-def write_shard(frame, space, directory: Path, block: int) -> Path:
-    """Write block `block`'s table atomically (temporary file, then rename); returns its path."""
+def write_shard(frame, space, directory: Path, block: int, worker: bool = False) -> Path:
+    """Write block `block`'s table atomically (temporary file, then rename); returns its path.
+    `worker`: written by `compute_block` (where `KILL_ONCE_ENV` may kill the process)."""
     from surrogates.columns import write_samples
 
     final = shard_path(directory, block)
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
     write_samples(frame, space, tmp)
-    _maybe_die(tmp)
+    if worker:
+        _maybe_die(tmp)
     os.replace(tmp, final)
     return final
 
 
-def compute_block(space, method: str, seed: int, block: int, block_size: int, directory: str) -> dict:
-    """Evaluate block `block` and write its shard: what a worker runs. Returns
+def compute_block(space, method: str, seed: int, block: int, block_size: int, directory: str,
+                  threads: int | None = None) -> dict:
+    """Evaluate block `block` and write its shard: what a worker runs (`threads`: torch's intra-op
+    threads there; a Ray worker takes one, one worker per CPU). Returns
     `{"block", "rows", "feasible", "first_id", "last_id"}` (no table: the driver stays small)."""
-    torch.set_num_threads(1)  # one worker per core
+    if threads is not None:
+        torch.set_num_threads(threads)
     frame = block_frame(space, method, seed, block, block_size)
-    write_shard(frame, space, Path(directory), block)
+    write_shard(frame, space, Path(directory), block, worker=True)
     return block_summary(block, frame)
 
 

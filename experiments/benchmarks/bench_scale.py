@@ -56,7 +56,7 @@ def on_ray(space, plan: BlockPlan, cpus: int, directory: Path) -> tuple[float, f
         # as a long sample amortises it; it is counted in the start-up (`ray_*_init_s`)
         start = time.perf_counter()
         warm = ray.remote(num_cpus=1)(compute_block)
-        ray.get([warm.remote(space, "sobol", 99, b, 256, str(directory.parent)) for b in range(cpus)])
+        ray.get([warm.remote(space, "sobol", 99, b, 256, str(directory.parent), 1) for b in range(cpus)])
         init_s += time.perf_counter() - start
         start = time.perf_counter()
         report = sample_to_shards(space, plan, directory, ExecutorOptions("ray"), progress=False)
