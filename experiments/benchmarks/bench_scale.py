@@ -2,7 +2,8 @@
 
     python experiments/benchmarks/bench_scale.py [--designs 4000000] [--large 10000000] [--space mapping-only]
 
-The same `--designs` designs (Sobol, seed 0, blocks of `--block-size` raw draws) are sampled
+The same `--designs` designs (Sobol, seed 0, blocks of `--block-size` raw draws) are sampled, in
+`--repeats` interleaved rounds (medians reported, every run in `*_s_all`),
 1. in this process (`executor=local`, the table in memory, one Parquet file): `plain_s`;
 2. on a local Ray with 1 CPU, then with 2 CPUs (each block a task writing its own shard):
    `ray_1_worker_s`, `ray_2_workers_s`
@@ -23,6 +24,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -73,6 +75,7 @@ def main() -> None:
     parser.add_argument("--kill-designs", type=int, default=200_000)
     parser.add_argument("--block-size", type=int, default=131_072)
     parser.add_argument("--space", default="mapping-only")
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--large-only", action="store_true", help="only the large run (one JSON line)")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -91,19 +94,25 @@ def main() -> None:
     out: dict = {"space": space.name, "designs": args.designs, "block_size": args.block_size,
                  "cpus_on_machine": os.cpu_count(), "ray": ray.__version__, "torch": torch.__version__}
 
-    start = time.perf_counter()
-    table = sample_in_memory(space, plan, progress=False)
-    write_samples(table, space, work / "plain.parquet")
-    out["plain_s"] = time.perf_counter() - start
-    del table
-    print(f"plain (one process, in memory): {out['plain_s']:.1f} s, {args.designs / out['plain_s']:,.0f} designs/s")
-
-    for cpus, key in ((1, "ray_1_worker"), (2, "ray_2_workers")):
-        init_s, sample_s, report = on_ray(space, plan, cpus, work / key)
-        assert report["designs"] == args.designs and report["lost_designs"] == 0, report
-        out[f"{key}_s"], out[f"{key}_init_s"], out["tasks"] = sample_s, init_s, report["shards"]
-        print(f"ray, {cpus} CPU(s): {sample_s:.1f} s ({args.designs / sample_s:,.0f} designs/s; "
-              f"start-up {init_s:.1f} s apart), {report['shards']} tasks")
+    walls: dict[str, list[float]] = {"plain": [], "ray_1_worker": [], "ray_2_workers": []}
+    for repeat in range(args.repeats):  # interleaved, so that the machine's drift hits all three alike
+        start = time.perf_counter()
+        table = sample_in_memory(space, plan, progress=False)
+        write_samples(table, space, work / "plain.parquet")
+        walls["plain"].append(time.perf_counter() - start)
+        del table
+        print(f"[{repeat + 1}/{args.repeats}] plain (one process, in memory): {walls['plain'][-1]:.1f} s")
+        for cpus, key in ((1, "ray_1_worker"), (2, "ray_2_workers")):
+            init_s, sample_s, report = on_ray(space, plan, cpus, work / key)
+            assert report["designs"] == args.designs and report["lost_designs"] == 0, report
+            walls[key].append(sample_s)
+            out[f"{key}_init_s"], out["tasks"] = init_s, report["shards"]
+            print(f"[{repeat + 1}/{args.repeats}] ray, {cpus} CPU(s): {sample_s:.1f} s "
+                  f"(start-up {init_s:.1f} s apart), {report['shards']} tasks")
+    for key, values in walls.items():
+        out[f"{key}_s"] = statistics.median(values)
+        out[f"{key}_s_all"] = [round(v, 2) for v in values]
+        print(f"{key}: median {out[f'{key}_s']:.1f} s ({args.designs / out[f'{key}_s']:,.0f} designs/s)")
     out["speedup_2_workers"] = out["ray_1_worker_s"] / out["ray_2_workers_s"]
     out["overhead_fraction"] = out["ray_1_worker_s"] / out["plain_s"] - 1.0
     out["task_overhead_s"] = (out["ray_1_worker_s"] - out["plain_s"]) / out["tasks"]
