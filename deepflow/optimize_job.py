@@ -3,8 +3,6 @@ and checked into a `Job` before anything is evaluated or logged; a sweep becomes
 
 from __future__ import annotations
 
-import torch
-
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +58,8 @@ class Job:
         if self.strategy_name == "gradient":  # it differentiates the run's own objective
             params["objective"] = self.objective
         if prior is not None:
+            import torch
+
             m = self.objective.num_objectives
             params.update(prior=prior, prior_targets=list(range(m)))
             width = prior.predict(torch.full((1, self.space.dim), 0.5, dtype=torch.float64), return_std=True)[0].shape[-1]

@@ -51,22 +51,6 @@ def output_path(out, space_name: str, sampler: str, n: int, seed: int, sharded: 
     return Path(out) if out else Path("samples") / (stem if sharded else f"{stem}.parquet")
 
 
-def evaluate_samples(space, u, batch_size: int, progress: bool = True):
-    """The samples table of the points `u` (`(n, d)`), evaluated `batch_size` at a time."""
-    import pandas as pd
-    from tqdm import tqdm
-
-    from surrogates.columns import samples_frame
-
-    parts = []
-    with tqdm(total=u.shape[0], unit="design", desc=f"evaluating {space.name}", disable=not progress) as bar:
-        for start in range(0, u.shape[0], batch_size):
-            chunk = u[start:start + batch_size]
-            parts.append(samples_frame(space, chunk, space.evaluate(chunk)))
-            bar.update(chunk.shape[0])
-    return pd.concat(parts, ignore_index=True)
-
-
 def log_samples(df, space, path: Path, params: dict, metrics: dict, experiment: str, calibration=None) -> str:
     """Log the samples file to MLflow (dataset input, artifact, space.json and, with `calibration`
     (a `deepflow.calibration.Calibration`), its file and sha256); returns the run id."""

@@ -34,7 +34,9 @@ Models (exact GPs, noise-free: the analytical model is deterministic, so `train_
   than a classifier on the 0/1 labels;
 - optional warm start (`prior`): a fitted surrogate (`predict(X, return_std=True) -> (mean n x t,
   std n x t)`, the `surrogates/` interface) becomes the GP's prior mean `a * surrogate(X)[:, t] + b`
-  (a, b learned), so the GP models what the surrogate gets wrong.
+  (a, b learned), so the GP models what the surrogate gets wrong; with `prior_constraint_targets`
+  also the prior mean of the memory / power constraints' GPs (`deepflow optimize`'s warm start
+  learns those margins beside the objectives).
 
 Acquisition (all maximized on the negated objectives):
 - one objective: `qLogNoisyExpectedImprovement` with the constraints as `constraints` callables;
