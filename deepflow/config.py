@@ -20,6 +20,12 @@ from deepflow.presets import CONF_DIR, GROUP_SPECS, ConfigError, available, to_s
 
 def _explain(exc: Exception, overrides: list[str]) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    for override in overrides:
+        key = override.partition("=")[0].lstrip("+~")
+        if key in ("hydra/launcher", "hydra/sweeper"):  # Hydra's plugins: not wired into deepflow (yet)
+            return (f"{override} is not supported: deepflow's commands compose their config themselves, so "
+                    "Hydra's launcher and sweeper plugins do not apply; allowed: no hydra/launcher or "
+                    "hydra/sweeper override (`deepflow sample` scales out with executor=ray)")
     missing = re.search(r"Could not find '(\w+)/([^']+)'", text)
     if missing and (CONF_DIR / missing.group(1)).is_dir():  # any config group: hardware, space, strategy, ...
         group, name = missing.groups()

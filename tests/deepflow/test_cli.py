@@ -51,6 +51,9 @@ def test_evaluate_infeasible_design_is_an_answer_not_an_error():
     (("validate", "data=/nonexistent.csv"), "no such file"),
     (("best-mapping", "top_k=0"), "top_k"),
     (("sample", "space=jointt"), "space='jointt' is not a known preset: allowed chip-mapping, hardware-mapping, joint"),
+    (("optimize", "hydra/launcher=joblib"), "hydra/launcher=joblib is not supported"),
+    (("sample", "executor=dask"), "executor='dask' is invalid: allowed one of local, ray"),
+    (("sample", "ray.address=head:6379", "executor=ray"), "ray.address='head:6379' is invalid"),
 ])
 def test_bad_input_is_one_line_naming_the_field(args, needle):
     out = run(*args)
