@@ -123,7 +123,7 @@ def sample_to_shards(space, plan: BlockPlan, directory: Path, options: ExecutorO
                     bar.update(max(0, min(summary["rows"], plan.n - bar.n)))
     finally:
         stop()
-    kept = trim(directory, done, plan.n, space, plan.block_size)
+    kept = trim(directory, done, plan.n, space)
     report = check_complete(directory, plan.n, plan.block_size)
     report.update(resumed_blocks=resumed, feasible=sum(s["feasible"] for s in kept.values()))
     return report

@@ -147,7 +147,7 @@ def summary_of(path: Path) -> dict:
             "first_id": int(ids[0]) if len(ids) else -1, "last_id": int(ids[-1]) if len(ids) else -1}
 
 
-def trim(directory: Path, summaries: dict[int, dict], n: int, space, block_size: int) -> dict[int, dict]:
+def trim(directory: Path, summaries: dict[int, dict], n: int, space) -> dict[int, dict]:
     """Keep exactly the first `n` designs: blocks after the one that reaches n are deleted, that
     one is cut (rewritten atomically). `summaries` must hold every block up to it."""
     import pyarrow.parquet as pq
