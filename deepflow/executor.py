@@ -76,10 +76,16 @@ def sample_in_memory(space, plan: BlockPlan, progress: bool = True):
             rows += len(parts[-1])
             bar.update(len(parts[-1]))
             block += 1
-            if block > 64 and rows == 0:
-                raise ConfigError(f"space {space.name!r}: no design of {block * plan.block_size:,} drawn satisfies "
-                                  "its known constraints")
+            _check_not_barren(space, plan, block, rows)
     return pd.concat(parts, ignore_index=True)
+
+
+def _check_not_barren(space, plan: BlockPlan, blocks: int, rows: int) -> None:
+    """A named error once 64 blocks have been drawn and none held a design (the space's known
+    constraints leave nothing; `space.sample` gives up after as many rounds)."""
+    if blocks >= 64 and rows == 0:
+        raise ConfigError(f"space {space.name!r}: no design of {blocks * plan.block_size:,} drawn satisfies "
+                          "its known constraints")
 
 
 def sample_to_shards(space, plan: BlockPlan, directory: Path, options: ExecutorOptions,
@@ -113,9 +119,7 @@ def sample_to_shards(space, plan: BlockPlan, directory: Path, options: ExecutorO
                     next_block += 1
                 if not in_flight:
                     break
-                if next_block >= 64 and prefix_rows == 0 and len(done) >= 64:
-                    raise ConfigError(f"space {space.name!r}: no design of {next_block * plan.block_size:,} drawn "
-                                      "satisfies its known constraints")
+                _check_not_barren(space, plan, len(done), prefix_rows)
                 for handle, summary in wait(list(in_flight)):
                     block = in_flight.pop(handle)
                     done[block] = summary

@@ -58,12 +58,9 @@ class Job:
         if self.strategy_name == "gradient":  # it differentiates the run's own objective
             params["objective"] = self.objective
         if prior is not None:
-            import torch
-
             m = self.objective.num_objectives
             params.update(prior=prior, prior_targets=list(range(m)))
-            width = prior.predict(torch.full((1, self.space.dim), 0.5, dtype=torch.float64), return_std=True)[0].shape[-1]
-            if width > m:  # a warm start that also learned the constraint margins (older runs' did not)
+            if prior.n_outputs_ > m:  # a warm start that also learned the constraint margins (older runs' did not)
                 params["prior_constraint_targets"] = {j: m + k for k, j in enumerate(self.objective.modelled_constraints)}
         return make_strategy(self.strategy_name, **params)
 

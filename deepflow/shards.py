@@ -93,18 +93,22 @@ def compute_block(space, method: str, seed: int, block: int, block_size: int, di
                   threads: int | None = None) -> dict:
     """Evaluate block `block` and write its shard: what a worker runs (`threads`: torch's intra-op
     threads there; a Ray worker takes one, one worker per CPU). Returns
-    `{"block", "rows", "feasible", "first_id", "last_id"}` (no table: the driver stays small)."""
+    `{"rows", "feasible"}` (no table: the driver stays small)."""
     if threads is not None:
         torch.set_num_threads(threads)
     frame = block_frame(space, method, seed, block, block_size)
     write_shard(frame, space, Path(directory), block, worker=True)
-    return block_summary(block, frame)
+    return block_summary(frame)
 
 
-def block_summary(block: int, frame) -> dict:
-    ids = frame[DESIGN_ID]
-    return {"block": block, "rows": int(len(frame)), "feasible": int(frame["feasible"].sum()),
-            "first_id": int(ids.iloc[0]) if len(frame) else -1, "last_id": int(ids.iloc[-1]) if len(frame) else -1}
+def block_summary(frame) -> dict:
+    """`{"rows", "feasible"}` of a block's table (what the driver keeps of it)."""
+    return {"rows": int(len(frame)), "feasible": int(frame["feasible"].sum())}
+
+
+def block_of(path: Path) -> int:
+    """The block number of a shard's path (`part-<block>.parquet`)."""
+    return int(Path(path).stem.split("-")[1])
 
 
 def _maybe_die(tmp: Path) -> None:
@@ -133,18 +137,14 @@ def prepare_directory(directory: Path, plan: BlockPlan) -> dict[int, dict]:
     for tmp in directory.glob(".part-*.tmp"):
         tmp.unlink()
     manifest.write_text(json.dumps(plan.manifest(), indent=1))
-    return {int(p.stem.split("-")[1]): summary_of(p) for p in sorted(directory.glob("part-*.parquet"))}
+    return {block_of(p): summary_of(p) for p in sorted(directory.glob("part-*.parquet"))}
 
 
 def summary_of(path: Path) -> dict:
-    """`block_summary` of a shard on disk, read from its design ids and feasibility alone."""
+    """`block_summary` of a shard on disk, read from its feasibility column alone."""
     import pyarrow.parquet as pq
 
-    table = pq.read_table(str(path), columns=[DESIGN_ID, "feasible"])
-    ids = table.column(DESIGN_ID).to_numpy()
-    return {"block": int(path.stem.split("-")[1]), "rows": int(len(ids)),
-            "feasible": int(table.column("feasible").to_numpy().sum()),
-            "first_id": int(ids[0]) if len(ids) else -1, "last_id": int(ids[-1]) if len(ids) else -1}
+    return block_summary(pq.read_table(str(path), columns=["feasible"]).to_pandas())
 
 
 def trim(directory: Path, summaries: dict[int, dict], n: int, space) -> dict[int, dict]:
@@ -161,7 +161,7 @@ def trim(directory: Path, summaries: dict[int, dict], n: int, space) -> dict[int
         if total + summary["rows"] > n:
             frame = pq.read_table(str(shard_path(directory, block))).to_pandas().iloc[: n - total]
             write_shard(frame, space, directory, block)
-            summary = block_summary(block, frame)
+            summary = block_summary(frame)
         kept[block] = summary
         total += summary["rows"]
     return kept
@@ -175,7 +175,7 @@ def check_complete(directory: Path, n: int, block_size: int) -> dict:
     import pyarrow.parquet as pq
 
     unique = duplicates = 0
-    blocks = sorted(int(p.stem.split("-")[1]) for p in directory.glob("part-*.parquet"))
+    blocks = sorted(block_of(p) for p in directory.glob("part-*.parquet"))
     for block in blocks:
         ids = pq.read_table(str(shard_path(directory, block)), columns=[DESIGN_ID]).column(DESIGN_ID).to_numpy()
         inside = ids[(ids >= block * block_size) & (ids < (block + 1) * block_size)]
