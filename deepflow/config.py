@@ -18,14 +18,23 @@ from omegaconf.errors import OmegaConfBaseException
 from deepflow.presets import CONF_DIR, GROUP_SPECS, ConfigError, available, to_spec
 
 
-def _explain(exc: Exception, overrides: list[str]) -> str:
+def _explain(exc: Exception, overrides: list[str], config_name: str) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    for override in overrides:
-        key = override.partition("=")[0].lstrip("+~")
-        if key in ("hydra/launcher", "hydra/sweeper"):  # Hydra's plugins: not wired into deepflow (yet)
-            return (f"{override} is not supported: deepflow's commands compose their config themselves, so "
-                    "Hydra's launcher and sweeper plugins do not apply; allowed: no hydra/launcher or "
-                    "hydra/sweeper override (`deepflow sample` scales out with executor=ray)")
+    unknown = re.match(r"Could not override '([^']+)'", text)
+    if unknown and not unknown.group(1).startswith("hydra."):
+        key = unknown.group(1)
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            keys = sorted(compose(config_name=config_name))
+        return (f"{key} is not a key of the {config_name} config: allowed {', '.join(keys)} and their fields "
+                f"(e.g. mapping.tp); +{key}=... adds a new one")
+    hydra_group = re.search(r"Could not find '(hydra/\w+)/([^']+)'", text)  # a launcher, sweeper, ... of Hydra
+    if hydra_group:
+        group, name = hydra_group.groups()
+        if group == "hydra/launcher":
+            from deepflow.hydra_app import launcher_help
+
+            return launcher_help(name)
+        return f"{group}={name!r} is not a known option: allowed {', '.join(hydra_group_options(group))}"
     missing = re.search(r"Could not find '(\w+)/([^']+)'", text)
     if missing and (CONF_DIR / missing.group(1)).is_dir():  # any config group: hardware, space, strategy, ...
         group, name = missing.groups()
@@ -38,7 +47,7 @@ def _explain(exc: Exception, overrides: list[str]) -> str:
     return text
 
 
-def _field_override(override: str) -> str:
+def field_override(override: str) -> str:
     """`group.field=value` may set any field of the group's spec, also one its preset leaves at the
     default: Hydra's add-or-override form (`++`). Unknown fields are rejected by `to_spec`."""
     key, _, value = override.partition("=")
@@ -48,21 +57,46 @@ def _field_override(override: str) -> str:
     return f"++{override}" if dot and group in GROUP_SPECS else override
 
 
-def compose_config(overrides: list[str], config_name: str = "config") -> DictConfig:
+# groups that are not specs: a wrong name is "not a known experiment" (specs' are "not a known preset")
+OWN_GROUPS = ("experiment", "strategy", "tracking", "space", "surrogate")
+
+
+def check_group_names(overrides: list[str]) -> None:
+    """A wrong experiment / strategy / tracking / space / surrogate name, named with the allowed ones."""
+    for override in overrides:
+        key, _, value = override.partition("=")
+        key = key.lstrip("+~")
+        if key in OWN_GROUPS and value not in available(key) and value not in ("null", "none"):
+            raise ConfigError(f"{key}={value!r} is not a known {key}: allowed {', '.join(available(key))}")
+
+
+def hydra_group_options(group: str) -> list[str]:
+    """The options of a config group Hydra can see: deepflow's conf/ and installed plugins
+    (`hydra_group_options("hydra/launcher")` -> ["basic", "joblib", ...])."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return sorted(GlobalHydra.instance().config_loader().get_group_options(group))
+
+
+def compose_config(overrides: list[str], config_name: str = "config", return_hydra_config: bool = False) -> DictConfig:
     """The composed config for `overrides` (Hydra syntax), or a ConfigError naming the problem.
-    `design=<file>` puts the sections of a design YAML (`deepflow.designs`) in place of the groups."""
+    `design=<file>` puts the sections of a design YAML (`deepflow.designs`) in place of the groups.
+    `return_hydra_config`: with the `hydra` node (launcher, sweeper, ...) that `@hydra.main` composes."""
     from deepflow.designs import apply_design_file, split_design
 
     for override in overrides:
         if "=" not in override:
             raise ConfigError(f"argument {override!r} is not an override: use key=value (e.g. model=gpt3-175b)")
+    check_group_names(overrides)
     design, overrides = split_design(overrides)
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name=config_name, overrides=[_field_override(o) for o in overrides])
+            cfg = compose(config_name=config_name, overrides=[field_override(o) for o in overrides],
+                          return_hydra_config=return_hydra_config)
         return cfg if design is None else apply_design_file(cfg, design, overrides)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(_explain(exc, overrides)) from None
+        raise ConfigError(_explain(exc, overrides, config_name)) from None
 
 
 def specs_from_config(cfg: DictConfig) -> tuple[Any, Any, Any, Any]:

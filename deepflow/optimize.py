@@ -45,12 +45,12 @@ from omegaconf import OmegaConf
 from analytical.design import DTYPE
 from deepflow.best_design import base_space, chip_summary, chosen_mapping, design_values, roundtrip_step_time_s
 from deepflow.mlflow_sink import MlflowSink, client_for, experiment_id_for, log_params
-from deepflow.optimize_job import RESUME_OPTIONS, Job, compose_jobs, invalid, prepare
-from deepflow.optimize_report import print_summaries, sweep_table
+from deepflow.config import compose_config
+from deepflow.optimize_job import CONFIG_NAME, RESUME_OPTIONS, Job, invalid, prepare
+from deepflow.optimize_report import jsonable, print_summaries
 from deepflow.presets import ConfigError
 from deepflow.run_metrics import MetricContext, TimedStrategy, enumerate_optimum, evaluation_frame
 from deepflow.runstore import RunStore, point_columns
-from deepflow.sweep import split_flags, sweep_keys
 
 
 class OptimizationRun:
@@ -106,6 +106,7 @@ class OptimizationRun:
     def finish(self) -> dict[str, Any]:
         from deepflow import plots
         from deepflow.designs import design_config, design_yaml
+        from deepflow.report import design_line
 
         job, store, frame = self.job, self.store, self.store.evaluations()
         d = store.directory.resolve()
@@ -157,7 +158,8 @@ class OptimizationRun:
                 summary["best_chip"] = chip_summary(sections["chip"], specs[0])
             summary.update(best_index=int(frame.loc[best, "index"]), best_step_time_s=recorded,
                            roundtrip_step_time_s=again,
-                           best_row=row, best_specs=specs, best_design=str(d / "best_design.yaml"))
+                           best_row=row, best_specs=specs, best_design=str(d / "best_design.yaml"),
+                           best_design_line=design_line(*specs))
             if self.context.optimum:
                 summary["regret"] = float(derived["regret"][-1])
         store.update_state(status="finished", evaluations=len(frame))
@@ -214,16 +216,21 @@ def _warm_start(job: Job, store: RunStore, quiet: bool):
     return model
 
 
-def start_job(job: Job, client, parent_run_id: Optional[str] = None, quiet: bool = False) -> dict[str, Any]:
-    """A new MLflow run and local record for `job`, then the optimization."""
-    experiment_id = experiment_id_for(client, job.experiment)
+def start_job(job: Job, client, parent: Optional[dict] = None, hydra_dir: Optional[str] = None,
+              quiet: bool = False) -> dict[str, Any]:
+    """A new MLflow run and local record for `job`, then the optimization. `parent`: the multirun's
+    parent run (`deepflow.sweep_runs.parent_of_job`), whose experiment the run joins as its child;
+    `hydra_dir`: the job's Hydra folder (config snapshot, log), tagged on the run."""
+    experiment_id = parent["experiment_id"] if parent else experiment_id_for(client, job.experiment)
     tags = {"deepflow.command": "optimize", "deepflow.experiment": job.name,
             "deepflow.overrides": " ".join(job.overrides)}
-    if parent_run_id:
-        tags["mlflow.parentRunId"] = parent_run_id
+    if hydra_dir:
+        tags["deepflow.hydra_dir"] = hydra_dir
     run_name = f"{job.name}-{job.strategy_name}-seed{job.seed}"
-    if parent_run_id:
-        run_name += "-" + "-".join(o.partition("=")[2] for o in job.overrides if "=" in o)[:80]
+    if parent:
+        tags["mlflow.parentRunId"] = parent["run_id"]
+        swept = [o for o in job.overrides if o.partition("=")[0].lstrip("+~") in parent["swept"]]
+        run_name += "-" + "-".join(o.partition("=")[2] for o in swept)[:80]
     run = client.create_run(experiment_id, run_name=run_name, tags=tags)
     run_id = run.info.run_id
     store = RunStore.create(job.output_dir, job.name, run_id, OmegaConf.to_yaml(job.cfg, resolve=True),
@@ -295,42 +302,34 @@ def resume_job(run_id: str, overrides: list[str], quiet: bool = False) -> dict[s
     return _execute(job, store, sink, quiet)
 
 
-def cmd_optimize(overrides: list[str]) -> int:
-    multirun, overrides = split_flags(overrides)
-    resume = [o.partition("=")[2] for o in overrides if o.partition("=")[0] == "resume"]
+def optimize_task(cfg, overrides: list[str]) -> int:
+    """One Hydra job of `deepflow optimize` (deepflow.hydra_app): its run, a child of the multirun's
+    parent MLflow run when it is one, its summary in its Hydra folder."""
+    from deepflow import sweep_runs
+
+    job = prepare(cfg, overrides)
+    parent = sweep_runs.parent_of_job()
+    if parent is not None and parent["tracking_uri"] != job.uri:
+        raise invalid("tracking.uri", job.uri, f"the same store for every job of a multirun ({parent['tracking_uri']})")
+    summary = start_job(job, client_for(job.uri), parent=parent, hydra_dir=sweep_runs.job_dir())
+    sweep_runs.record_summary(jsonable(summary))
+    return 0 if parent is not None else print_summaries([summary], None)
+
+
+def check_jobs(jobs: list[list[str]]) -> None:
+    """Every job of the command line composed and checked (`prepare`) before any of them runs."""
+    uris = {prepare(compose_config(overrides, CONFIG_NAME), overrides).uri for overrides in jobs}
+    if len(uris) > 1:
+        raise invalid("tracking.uri", sorted(uris)[1], f"the same store for every job of a multirun ({sorted(uris)[0]})")
+
+
+def cmd_optimize(argv: list[str]) -> int:
+    from deepflow.hydra_app import launch
+
+    resume = [o.partition("=")[2] for o in argv if o.partition("=")[0] == "resume"]
     if resume and resume[0] not in ("", "null"):
-        if multirun:
+        if any(a in ("-m", "--multirun") for a in argv):
             raise ConfigError("resume= continues one run: allowed without -m (--multirun)")
-        summary = resume_job(resume[0], [o for o in overrides if not o.startswith("resume=")])
+        summary = resume_job(resume[0], [o for o in argv if not o.startswith("resume=")])
         return print_summaries([summary], None)
-    jobs = compose_jobs(overrides, multirun)
-    client = client_for(jobs[0].uri)
-    for job in jobs[1:]:
-        if job.uri != jobs[0].uri:
-            raise invalid("tracking.uri", job.uri, f"the same store for every job of a multirun ({jobs[0].uri})")
-    if len(jobs) == 1 and not multirun:
-        return print_summaries([start_job(jobs[0], client)], None)
-    for job in jobs:  # children live in their parent's MLflow experiment (e.g. -m experiment=a,b)
-        job.experiment = jobs[0].experiment
-    experiment_id = experiment_id_for(client, jobs[0].experiment)
-    swept = [o for o in overrides if o.partition("=")[0] in sweep_keys(overrides)]
-    swept += [f"{k}={v}" for k, v in (jobs[0].cfg.get("sweep") or {}).items() if k not in sweep_keys(overrides)]
-    parent = client.create_run(experiment_id, run_name=f"{jobs[0].name}-sweep",
-                               tags={"deepflow.command": "optimize -m", "deepflow.sweep": " ".join(swept)})
-    parent_id = parent.info.run_id
-    client.log_param(parent_id, "jobs", len(jobs))
-    summaries = []
-    try:
-        for i, job in enumerate(jobs):
-            print(f"job {i + 1}/{len(jobs)}: {' '.join(job.overrides)}", file=sys.stderr, flush=True)
-            summaries.append(start_job(job, client, parent_run_id=parent_id))
-    except BaseException:
-        client.set_terminated(parent_id, "FAILED")
-        raise
-    table = sweep_table(summaries, [o.partition("=")[0] for o in swept])
-    path = Path(jobs[0].output_dir) / jobs[0].name / f"sweep-{parent_id}.csv"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(path, index=False)
-    client.log_artifact(parent_id, str(path))
-    client.set_terminated(parent_id, "FINISHED")
-    return print_summaries(summaries, parent_id, table)
+    return launch("optimize", argv, check_jobs)

@@ -1,9 +1,9 @@
 """The configuration of `deepflow optimize`: composed (conf/optimize.yaml + an experiment + overrides)
-and checked into a `Job` before anything is evaluated or logged; a sweep becomes one Job per value."""
+and checked into a `Job` before anything is evaluated or logged (every job of a multirun, by
+`deepflow.optimize.check_jobs`, before Hydra launches the first)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -12,15 +12,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from analytical.specs import SpecError
 from deepflow.config import compose_config, option, space_from_config
-from deepflow.presets import ConfigError, available, to_spec
-from deepflow.sweep import expand, sweep_keys
+from deepflow.presets import ConfigError, to_spec
 
 CONFIG_NAME = "optimize"
-OWN_GROUPS = ("experiment", "strategy", "tracking", "space")
 RESUME_OPTIONS = ("resume", "tracking.uri", "output_dir", "output")
 MAX_ENUMERATE = 2_000_000  # largest finite space `optimum=enumerate` evaluates whole
 OPTIONS = {"name", "objective", "power_cap_w", "budget", "q", "seed", "optimum", "warm_start", "resume", "output_dir",
-           "output", "sweep", "hardware", "system", "model", "mapping", "space", "strategy", "tracking", "chip",
+           "output", "hardware", "system", "model", "mapping", "space", "strategy", "tracking", "chip",
            "inner", "calibration"}
 INNER = (None, "best_mapping")  # `inner`: null = the space as given; best_mapping = deepflow.hierarchical
 
@@ -63,15 +61,6 @@ class Job:
             if prior.n_outputs_ > m:  # a warm start that also learned the constraint margins (older runs' did not)
                 params["prior_constraint_targets"] = {j: m + k for k, j in enumerate(self.objective.modelled_constraints)}
         return make_strategy(self.strategy_name, **params)
-
-
-def _check_groups(overrides: list[str]) -> None:
-    """A wrong experiment / strategy / tracking / space name, named with the allowed ones."""
-    for override in overrides:
-        key, _, value = override.partition("=")
-        key = key.lstrip("+~")
-        if key in OWN_GROUPS and value not in available(key) and value not in ("null", "none"):
-            raise ConfigError(f"{key}={value!r} is not a known {key}: allowed {', '.join(available(key))}")
 
 
 def _int(cfg: DictConfig, key: str, minimum: int) -> int:
@@ -151,26 +140,3 @@ def prepare(cfg: DictConfig, overrides: list[str]) -> Job:
                strategy_name=strategy_name, strategy_params=strategy_cfg, budget=budget, q=q, seed=seed,
                uri=uri, experiment=experiment, output_dir=Path(str(option(cfg, "output_dir"))),
                optimum=optimum, warm_start=warm, inner=inner, calibration=calibration)
-
-
-def compose_jobs(overrides: list[str], multirun: bool) -> list[Job]:
-    """Every job of the command line, composed and checked before any of them runs."""
-    _check_groups(overrides)
-    sweeps = sweep_keys(overrides)
-    if sweeps and not multirun:
-        raise ConfigError(f"{sweeps[0]} has several values (a sweep): add -m (--multirun) to run one job per value")
-    first = _compose(expand(overrides)[0])
-    jobs = expand(overrides, first.get("sweep") or {}) if (multirun or first.get("sweep")) else [overrides]
-    return [prepare(_compose(job), job) for job in jobs]
-
-
-def _compose(overrides: list[str]) -> DictConfig:
-    try:
-        return compose_config(overrides, config_name=CONFIG_NAME)
-    except ConfigError as exc:
-        missing = re.match(r"Could not override '([^']+)'", str(exc))
-        if missing:
-            key = missing.group(1)
-            raise ConfigError(f"{key} is not a key of the optimize config: allowed {', '.join(sorted(OPTIONS))} and "
-                              f"their fields (e.g. strategy.n_init, mapping.tp); +{key}=... adds a new one") from None
-        raise

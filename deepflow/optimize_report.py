@@ -42,7 +42,8 @@ def report(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _jsonable(summary: dict[str, Any]) -> dict[str, Any]:
+def jsonable(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary without its spec objects (`best_design_line` says the same in words)."""
     return {k: v for k, v in summary.items() if k != "best_specs"}
 
 
@@ -50,7 +51,8 @@ def sweep_table(summaries: list[dict[str, Any]], swept: list[str]) -> pd.DataFra
     """One row per job: its swept values, the best objective and the best design's chip values."""
     rows = []
     for s in summaries:
-        job = " ".join(o for o in s["overrides"] if o.partition("=")[0] in swept) or " ".join(s["overrides"])
+        job = " ".join(o for o in s["overrides"] if o.partition("=")[0].lstrip("+~") in swept) \
+            or " ".join(s["overrides"])
         row = {"run_id": s["run_id"], "job": job, "evaluations": s["evaluations"],
                "feasible": s["feasible"], "best_step_time_s": s.get("best_step_time_s")}
         if "best_row" in s and "energy_j" in s["best_row"]:
@@ -63,10 +65,8 @@ def sweep_table(summaries: list[dict[str, Any]], swept: list[str]) -> pd.DataFra
                     "flops_per_cycle_per_unit", "peak_tflops_bf16", "sram_mib", "hbm_bw_gb_per_s"):
             if key in s.get("best_chip", {}):
                 row[key] = s["best_chip"][key]
-        if "best_specs" in s:
-            from deepflow.report import design_line
-
-            row["best_design"] = design_line(*s["best_specs"])
+        if "best_design_line" in s:
+            row["best_design"] = s["best_design_line"]
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -76,7 +76,7 @@ def print_summaries(summaries: list[dict[str, Any]], parent_id: Optional[str], t
 
     uri = summaries[0]["tracking_uri"]
     if summaries[0].get("output") == "json":
-        print(json.dumps({"parent_run_id": parent_id, "runs": [_jsonable(s) for s in summaries],
+        print(json.dumps({"parent_run_id": parent_id, "runs": [jsonable(s) for s in summaries],
                           "ui": ui_command(uri)}, default=str))
         return 0
     if parent_id is None:
@@ -88,12 +88,17 @@ def print_summaries(summaries: list[dict[str, Any]], parent_id: Optional[str], t
             print(table.drop(columns=["best_design"], errors="ignore").to_string(index=False))
         print("best designs:")
         for s, job in zip(summaries, table["job"]):
-            if "best_specs" in s:
-                from deepflow.report import design_line
-
-                print(f"  {job}: {design_line(*s['best_specs']).split('; ', 1)[1]}")
+            if "best_design_line" in s:
+                print(f"  {job}: {s['best_design_line'].split('; ', 1)[1]}")
                 if "best_chip" in s:
                     print(f"    {chip_line(s['best_chip'])}")
             print(f"    deepflow evaluate design={s.get('best_design', '(no feasible design)')}")
     print(f"open the MLflow UI: {ui_command(uri)}")
     return 0
+
+
+def print_sweep(summaries: list[dict[str, Any]], parent_id: str, swept: list[str]) -> pd.DataFrame:
+    """The end of a multirun (deepflow.sweep_runs): its table of child runs, printed; returned."""
+    table = sweep_table(summaries, swept)
+    print_summaries(summaries, parent_id, table)
+    return table

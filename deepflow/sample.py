@@ -26,7 +26,9 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Optional
 
 from deepflow.presets import ConfigError
 
@@ -51,42 +53,37 @@ def output_path(out, space_name: str, sampler: str, n: int, seed: int, sharded: 
     return Path(out) if out else Path("samples") / (stem if sharded else f"{stem}.parquet")
 
 
-def log_samples(df, space, path: Path, params: dict, metrics: dict, experiment: str, calibration=None) -> str:
-    """Log the samples file to MLflow (dataset input, artifact, space.json and, with `calibration`
-    (a `deepflow.calibration.Calibration`), its file and sha256); returns the run id."""
-    import mlflow
-
-    from deepflow.train_surrogate import log_dataset
-    from surrogates.columns import space_to_dict
-
-    mlflow.set_experiment(experiment)
-    with mlflow.start_run(run_name=path.stem) as run:
-        mlflow.set_tag("deepflow.command", "sample")
-        mlflow.log_params(params)
-        mlflow.log_metrics(metrics)
-        log_dataset(df, str(path.resolve()), "samples", name=path.stem)
-        mlflow.log_artifact(str(path), artifact_path="samples")
-        mlflow.log_dict(space_to_dict(space), "space.json")
-        if calibration is not None:
-            mlflow.log_param("calibration_sha256", calibration.sha256)
-            mlflow.log_artifact(calibration.path, artifact_path="calibration")
-        return run.info.run_id
-
-
-def log_shards(space, directory: Path, params: dict, metrics: dict, experiment: str, calibration=None) -> str:
-    """Log a shard directory to MLflow: its path (the shards stay where they are: a sample of 1e8
-    designs is no artifact), its manifest, space.json and, with `calibration`, its file."""
+def log_sample_run(space, path: Path, params: dict, metrics: dict, experiment: str, calibration=None,
+                   df=None, parent: Optional[dict] = None, hydra_dir: Optional[str] = None) -> str:
+    """Log a sample to MLflow; returns the run id. A single file (`df` given) is a dataset input and
+    an artifact; a shard directory is its path (the shards stay where they are: a sample of 1e8
+    designs is no artifact) and its manifest. Both get space.json and, with `calibration` (a
+    `deepflow.calibration.Calibration`), its file and sha256. `parent`: the multirun's parent run
+    (`deepflow.sweep_runs.parent_of_job`), whose experiment the run joins as its child."""
     import mlflow
 
     from deepflow.shards import MANIFEST
+    from deepflow.train_surrogate import log_dataset
     from surrogates.columns import space_to_dict
 
-    mlflow.set_experiment(experiment)
-    with mlflow.start_run(run_name=directory.name) as run:
-        mlflow.set_tags({"deepflow.command": "sample", "deepflow.samples_dir": str(directory.resolve())})
+    tags = {"deepflow.command": "sample"}
+    if df is None:
+        tags["deepflow.samples_dir"] = str(path.resolve())
+    if hydra_dir:
+        tags["deepflow.hydra_dir"] = hydra_dir
+    if parent:
+        tags["mlflow.parentRunId"] = parent["run_id"]
+        experiment_id = parent["experiment_id"]
+    else:
+        experiment_id = mlflow.set_experiment(experiment).experiment_id
+    with mlflow.start_run(run_name=path.stem, experiment_id=experiment_id, tags=tags) as run:
         mlflow.log_params(params)
         mlflow.log_metrics(metrics)
-        mlflow.log_artifact(str(directory / MANIFEST), artifact_path="samples")
+        if df is not None:
+            log_dataset(df, str(path.resolve()), "samples", name=path.stem)
+            mlflow.log_artifact(str(path), artifact_path="samples")
+        else:
+            mlflow.log_artifact(str(path / MANIFEST), artifact_path="samples")
         mlflow.log_dict(space_to_dict(space), "space.json")
         if calibration is not None:
             mlflow.log_param("calibration_sha256", calibration.sha256)
@@ -94,15 +91,31 @@ def log_shards(space, directory: Path, params: dict, metrics: dict, experiment: 
         return run.info.run_id
 
 
-def cmd_sample(overrides: list[str]) -> int:
-    from deepflow.calibration import calibration_from_config
-    from deepflow.config import compose_config, option, space_from_config
-    from deepflow.executor import executor_options, sample_in_memory, sample_to_shards
-    from deepflow.shards import BlockPlan
-    from deepflow.tracking import check_reachable, quiet_mlflow_logs, resolve_uri, ui_command
-    from surrogates.columns import space_json, write_samples
+@dataclass
+class SampleJob:
+    """A checked `deepflow sample` configuration: nothing drawn or logged yet."""
 
-    cfg = compose_config(overrides, config_name="sample")
+    cfg: Any
+    n: int
+    sampler: str
+    seed: int
+    batch_size: int
+    executor: Any  # deepflow.executor.ExecutorOptions
+    use_mlflow: bool
+    calibration: Any
+    space: Any
+    path: Path
+    sharded: bool
+    uri: str
+
+
+def prepare_sample(cfg) -> SampleJob:
+    """Check everything a sample needs (cheap: no evaluation, no MLflow run)."""
+    from deepflow.calibration import calibration_from_config
+    from deepflow.config import option, space_from_config
+    from deepflow.executor import executor_options
+    from deepflow.tracking import resolve_uri
+
     n, sampler, seed, batch_size = sample_options(cfg)
     executor = executor_options(cfg)
     use_mlflow = option(cfg, "mlflow", (True, False))
@@ -116,17 +129,52 @@ def cmd_sample(overrides: list[str]) -> int:
     path = output_path(out, space.name, sampler, n, seed, sharded)
     if sharded and path.suffix == ".parquet":
         raise ConfigError(f"out={str(path)!r} is invalid with executor=ray: allowed a directory (no .parquet suffix)")
-    uri = resolve_uri(cfg.tracking.get("uri"))
-    if use_mlflow:
+    return SampleJob(cfg=cfg, n=n, sampler=sampler, seed=seed, batch_size=batch_size, executor=executor,
+                     use_mlflow=use_mlflow, calibration=calibration, space=space, path=path, sharded=sharded,
+                     uri=resolve_uri(cfg.tracking.get("uri")))
+
+
+def check_jobs(jobs: list[list[str]]) -> None:
+    """Every job of the command line composed and checked before any of them runs; the jobs of a
+    multirun write to different paths."""
+    from deepflow.config import compose_config
+    from deepflow.tracking import check_reachable
+
+    prepared = [prepare_sample(compose_config(overrides, config_name="sample")) for overrides in jobs]
+    paths = [str(job.path.resolve()) for job in prepared]
+    if len(set(paths)) < len(paths):
+        raise ConfigError(f"out={str(prepared[0].cfg.out)!r} is invalid for a multirun: every job would write "
+                          f"{paths[0]}; allowed null (a path per job: samples/<space>-<sampler>-n<n>-s<seed>) or "
+                          "a path with ${hydra:job.num} in it")
+    for uri in sorted({job.uri for job in prepared if job.use_mlflow}):
         check_reachable(uri)
 
-    plan = BlockPlan(space_json(space), n, sampler, seed, batch_size)
+
+def cmd_sample(argv: list[str]) -> int:
+    from deepflow.hydra_app import launch
+
+    return launch("sample", argv, check_jobs)
+
+
+def sample_task(cfg, overrides: list[str]) -> int:
+    """One Hydra job of `deepflow sample` (deepflow.hydra_app): draw, evaluate, write, log."""
+    from deepflow import sweep_runs
+    from deepflow.executor import sample_in_memory, sample_to_shards
+    from deepflow.shards import BlockPlan
+    from deepflow.tracking import quiet_mlflow_logs, ui_command
+    from surrogates.columns import space_json, write_samples
+
+    job = prepare_sample(cfg)
+    space, n, sampler, seed, path, executor = job.space, job.n, job.sampler, job.seed, job.path, job.executor
+    parent = sweep_runs.parent_of_job()
+    plan = BlockPlan(space_json(space), n, sampler, seed, job.batch_size)
     start = time.perf_counter()
     print(f"drawing {n:,} designs of space {space.name!r} that satisfy its known constraints "
           f"({executor.name}) ...", file=sys.stderr)
-    if sharded:
+    if job.sharded:
         shards = sample_to_shards(space, plan, path, executor)
         feasible = shards["feasible"] / max(1, shards["designs"])
+        df = None
     else:
         df = sample_in_memory(space, plan)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,7 +184,7 @@ def cmd_sample(overrides: list[str]) -> int:
 
     print(f"{n:,} designs of space {space.name!r} ({space.dim} parameters, {sampler}, seed {seed}): "
           f"drawn and evaluated in {elapsed:.1f} s ({n / elapsed:,.0f} designs/s, {executor.name})")
-    if sharded:
+    if job.sharded:
         print(f"feasible: {feasible:.1%}; wrote {shards['shards']} shards to {path}/ "
               f"({shards['designs']:,} designs, {shards['lost_designs']} lost, {shards['duplicate_designs']} "
               f"duplicated" + (f", {shards['resumed_blocks']} blocks kept from an earlier run" if shards["resumed_blocks"]
@@ -148,28 +196,45 @@ def cmd_sample(overrides: list[str]) -> int:
         reasons = df["reason"].value_counts().to_dict()
         print(f"feasible: {feasible:.1%}; reasons: " + ", ".join(f"{k} {v:,}" for k, v in reasons.items()))
         print(f"wrote {path} ({len(df.columns)} columns)")
-    if calibration is not None:
-        print(f"labelled with the efficiency constants of calibration={calibration.path}")
-    if use_mlflow:
+    if job.calibration is not None:
+        print(f"labelled with the efficiency constants of calibration={job.calibration.path}")
+    summary = {"path": str(path.resolve()), "overrides": overrides, "space": space.name, "n": n, "sampler": sampler,
+               "seed": seed, "feasible_fraction": feasible, "designs_per_s": n / elapsed, "run_id": None}
+    if job.use_mlflow:
         import mlflow
 
         quiet_mlflow_logs()
-        mlflow.set_tracking_uri(uri)
+        mlflow.set_tracking_uri(job.uri)
+        cfg, calibration = job.cfg, job.calibration
         params = {"space": space.name, "n": n, "sampler": sampler, "seed": seed, "dim": space.dim,
                   "hardware": _preset(cfg, "hardware"), "system": _preset(cfg, "system"),
                   "model": _preset(cfg, "model"), "path": str(path.resolve()),
                   "calibration": None if calibration is None else str(Path(calibration.path).resolve())}
-        params.update(executor=executor.name, batch_size=batch_size)
+        params.update(executor=executor.name, batch_size=job.batch_size)
         metrics = {"feasible_fraction": feasible, "evaluate_s": elapsed, "designs_per_s": n / elapsed}
-        experiment = str(cfg.tracking.get("experiment") or DEFAULT_EXPERIMENT)
-        if sharded:
+        if job.sharded:
             metrics.update({k: float(shards[k]) for k in ("designs", "lost_designs", "duplicate_designs", "shards")})
-            run_id = log_shards(space, path, params, metrics, experiment, calibration)
-        else:
-            run_id = log_samples(df, space, path, params, metrics, experiment, calibration)
-        print(f"MLflow run {run_id} (train on it: deepflow train-surrogate data={run_id})")
-        print(f"see it: {ui_command(uri)}")
+        experiment = str(cfg.tracking.get("experiment") or DEFAULT_EXPERIMENT)
+        summary["run_id"] = log_sample_run(space, path, params, metrics, experiment, calibration, df=df,
+                                           parent=parent, hydra_dir=sweep_runs.job_dir())
+        print(f"MLflow run {summary['run_id']} (train on it: deepflow train-surrogate data={summary['run_id']})")
+        if parent is None:
+            print(f"see it: {ui_command(job.uri)}")
+    sweep_runs.record_summary(summary)
     return 0
+
+
+def print_sweep(summaries: list[dict], parent_id: str, swept: list[str]):
+    """The end of a multirun of samples (deepflow.sweep_runs): one row per job, printed; returned."""
+    import pandas as pd
+
+    table = pd.DataFrame([{"job": " ".join(o for o in s["overrides"] if o.partition("=")[0].lstrip("+~") in swept),
+                           **{k: s[k] for k in ("run_id", "n", "feasible_fraction", "designs_per_s", "path")}}
+                          for s in summaries])
+    print(f"sweep (parent run {parent_id}): {len(summaries)} sample jobs, each a child run")
+    with pd.option_context("display.width", 250, "display.max_colwidth", 80, "display.precision", 4):
+        print(table.to_string(index=False))
+    return table
 
 
 def _preset(cfg, group: str) -> str:

@@ -50,8 +50,11 @@ def test_evaluate_infeasible_design_is_an_answer_not_an_error():
     (("frobnicate",), "unknown command"),
     (("validate", "data=/nonexistent.csv"), "no such file"),
     (("best-mapping", "top_k=0"), "top_k"),
-    (("sample", "space=jointt"), "space='jointt' is not a known preset: allowed chip-mapping, hardware-mapping, joint"),
-    (("optimize", "hydra/launcher=joblib"), "hydra/launcher=joblib is not supported"),
+    (("sample", "space=jointt"), "space='jointt' is not a known space: allowed chip-mapping, hardware-mapping, joint"),
+    (("optimize", "-m", "seed=0,1", "hydra/launcher=slurmm"), "hydra/launcher='slurmm' is not a known launcher: allowed basic,"),
+    (("sample", "hydra/sweeper=optunaa"), "hydra/sweeper='optunaa' is not a known option: allowed basic"),
+    (("optimize", "--cfgg"), "unrecognized arguments: --cfgg"),
+    (("sample", "-m", "seed=0,1", "out=same.parquet"), "is invalid for a multirun: every job would write"),
     (("sample", "executor=dask"), "executor='dask' is invalid: allowed one of local, ray"),
     (("sample", "ray.address=head:6379", "executor=ray"), "ray.address='head:6379' is invalid"),
 ])

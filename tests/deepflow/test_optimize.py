@@ -215,12 +215,15 @@ def test_bad_experiment_from_the_shell_is_one_line_and_exit_2(tmp_path):
     assert "gpt3-175b-h100-mapping" in out.stderr
 
 
-def test_sweep_expansion_is_the_cartesian_product_in_key_order():
-    from deepflow.sweep import expand
+def test_jobs_are_hydras_basic_sweeper_expansion_with_the_configs_declared_sweep_first():
+    from deepflow.hydra_app import jobs_of
 
-    jobs = expand(["seed=0,1", "budget=3", "chip.logic_node=N7,N5"], {"chip.logic_node": "N3", "q": [1, 2]})
-    assert jobs == [[f"seed={s}", "budget=3", f"chip.logic_node={n}", f"q={q}"]
-                    for s in (0, 1) for n in ("N7", "N5") for q in (1, 2)]
+    jobs, multirun = jobs_of("optimize", ["experiment=technology-sweep", "seed=0,1", "budget=3",
+                                          "hydra/launcher=basic"], True)
+    assert multirun and jobs == [[f"chip.node={n}", "experiment=technology-sweep", f"seed={s}", "budget=3"]
+                                 for n in ("N7", "N5", "N3") for s in (0, 1)]
+    assert jobs_of("optimize", ["experiment=technology-sweep"], False)[1]  # a declared sweep is a multirun
+    assert jobs_of("optimize", ["seed=3"], False) == ([["seed=3"]], False)
 
 
 def test_warm_start_learns_the_memory_margin_beside_the_objective(tmp_path, monkeypatch):
