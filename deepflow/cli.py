@@ -4,8 +4,10 @@ Commands:
   evaluate      time, memory and feasibility of one design, with breakdowns
   best-mapping  the fastest feasible parallel mappings of a model on a system (top_k=...)
   validate      predicted vs measured iteration times of a CSV of real runs (data=...)
-  optimize      a tracked, resumable optimization run (experiment=..., -m sweeps, resume=<run id>)
+  optimize      a tracked, resumable optimization run (experiment=..., resume=<run id>)
   sample        designs of a space evaluated by the analytical model, to Parquet + MLflow (n=..., sampler=...)
+                (optimize and sample are Hydra applications: -m sweeps with hydra/launcher=basic|joblib|ray|
+                submitit_local|submitit_slurm, --cfg job, --info, --help)
   train-surrogate  fit a surrogate on samples, report it, register it in MLflow (surrogate=..., data=...)
   query         a registered surrogate's predictions for designs (model_uri=models:/<name>@champion, verify=true)
   derive        the accelerator a chip's technology and budgets give, and what each part uses (chip=...)

@@ -2,12 +2,16 @@
 
     deepflow optimize                                   # the quickstart experiment
     deepflow optimize experiment=gpt3-175b-h100-mapping strategy=random budget=100
-    deepflow optimize -m seed=0,1,2                     # one parent MLflow run, a child per job
+    deepflow optimize -m seed=0,1,2                     # Hydra's multirun: a parent MLflow run, a child per job
+    deepflow optimize -m seed=0,1 hydra/launcher=joblib # ... its jobs in parallel (any Hydra launcher)
     deepflow optimize resume=<run id>                   # continue a killed run
     deepflow optimize experiment=llama3-70b-n5-hierarchical   # inner=best_mapping: BO proposes the chip,
                                                         # an exhaustive search each proposal's mapping
 
-One job: compose and check the config (conf/optimize.yaml + an experiment), open the MLflow run, and
+The command is a Hydra application (`deepflow.hydra_app`: every job checked first, then Hydra runs
+`optimize_task` once, or once per job of a multirun with the launcher the config names). One job:
+check the config (conf/optimize.yaml + an experiment), open the MLflow run (a child of the
+multirun's parent, `deepflow.sweep_runs`), and
 run `deepflow.loop.run` with a callback that, after every verified batch, (1) rewrites the local
 `evaluations.parquet` atomically (`deepflow.runstore`), then (2) logs one metric point per evaluation
 to MLflow (step = evaluation index) and the Parquet as an artifact. MLflow failing mid-run is warned
@@ -122,7 +126,8 @@ class OptimizationRun:
                                    "evaluations": len(frame), "feasible": int(frame["objective_feasible"].sum()),
                                    "objective": job.objective.name, "strategy": job.strategy_name, "seed": job.seed,
                                    "inner": job.inner, "overrides": job.overrides, "local_dir": str(d.resolve()),
-                                   "tracking_uri": job.uri, "output": str(job.cfg.output)}
+                                   "tracking_uri": job.uri, "output": str(job.cfg.output),
+                                   "hydra_dir": store.state().get("hydra_dir")}
         if self.optimum:
             summary["optimum"] = self.optimum
         if "hypervolume" in derived:
@@ -236,7 +241,7 @@ def start_job(job: Job, client, parent: Optional[dict] = None, hydra_dir: Option
     store = RunStore.create(job.output_dir, job.name, run_id, OmegaConf.to_yaml(job.cfg, resolve=True),
                             {"run_id": run_id, "tracking_uri": job.uri, "experiment": job.experiment,
                              "experiment_id": experiment_id, "status": "running", "mlflow_synced": 0,
-                             "overrides": job.overrides,
+                             "overrides": job.overrides, "hydra_dir": hydra_dir,
                              "calibration_sha256": None if job.calibration is None else job.calibration.sha256})
     client.set_tag(run_id, "deepflow.local_dir", str(store.directory.resolve()))
     log_params(client, run_id, job.cfg)

@@ -37,6 +37,8 @@ def report(summary: dict[str, Any]) -> str:
         lines.append(f"MLflow did not receive everything: `deepflow optimize resume={summary['run_id']}` sends it")
     lines.append(f"local record: {summary['local_dir']}/ (evaluations.parquet, convergence.png, pareto.png, "
                  f"pareto.html, best_design.yaml, best_breakdown.json)")
+    if summary.get("hydra_dir"):
+        lines.append(f"config snapshot and log (Hydra): {summary['hydra_dir']}/")
     if "best_design" in summary:
         lines.append(f"evaluate the best design again: deepflow evaluate design={summary['best_design']}")
     return "\n".join(lines)
@@ -92,7 +94,8 @@ def print_summaries(summaries: list[dict[str, Any]], parent_id: Optional[str], t
                 print(f"  {job}: {s['best_design_line'].split('; ', 1)[1]}")
                 if "best_chip" in s:
                     print(f"    {chip_line(s['best_chip'])}")
-            print(f"    deepflow evaluate design={s.get('best_design', '(no feasible design)')}")
+            print(f"    deepflow evaluate design={s['best_design']}" if "best_design" in s
+                  else f"  {job}: no feasible design")
     print(f"open the MLflow UI: {ui_command(uri)}")
     return 0
 

@@ -145,7 +145,7 @@ def check_jobs(jobs: list[list[str]]) -> None:
     if len(set(paths)) < len(paths):
         raise ConfigError(f"out={str(prepared[0].cfg.out)!r} is invalid for a multirun: every job would write "
                           f"{paths[0]}; allowed null (a path per job: samples/<space>-<sampler>-n<n>-s<seed>) or "
-                          "a path with ${hydra:job.num} in it")
+                          "a path that interpolates a swept key, e.g. 'out=samples/s${seed}.parquet'")
     for uri in sorted({job.uri for job in prepared if job.use_mlflow}):
         check_reachable(uri)
 
@@ -231,7 +231,8 @@ def print_sweep(summaries: list[dict], parent_id: str, swept: list[str]):
     table = pd.DataFrame([{"job": " ".join(o for o in s["overrides"] if o.partition("=")[0].lstrip("+~") in swept),
                            **{k: s[k] for k in ("run_id", "n", "feasible_fraction", "designs_per_s", "path")}}
                           for s in summaries])
-    print(f"sweep (parent run {parent_id}): {len(summaries)} sample jobs, each a child run")
+    print(f"sweep (parent run {parent_id}): {len(summaries)} sample jobs, each a child run" if parent_id
+          else f"sweep: {len(summaries)} sample jobs (mlflow=false: no runs)")
     with pd.option_context("display.width", 250, "display.max_colwidth", 80, "display.precision", 4):
         print(table.to_string(index=False))
     return table

@@ -56,10 +56,13 @@ class MlflowParentRun(Callback):
         from deepflow.mlflow_sink import client_for, experiment_id_for
         from deepflow.tracking import resolve_uri
 
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        if OmegaConf.select(config, "mlflow") is False:  # `deepflow sample mlflow=false`: files only
+            return
         uri = resolve_uri(OmegaConf.select(config, "tracking.uri"))
         client = client_for(uri)
         experiment_id = experiment_id_for(client, EXPERIMENTS[self.command](config))
-        sweep_dir = Path(str(config.hydra.sweep.dir))
         swept = swept_keys(config)
         name = OmegaConf.select(config, "name") or self.command
         run = client.create_run(experiment_id, run_name=f"{name}-sweep",
@@ -67,32 +70,32 @@ class MlflowParentRun(Callback):
                                       "deepflow.sweep_dir": str(sweep_dir.resolve())})
         self.run_id = run.info.run_id
         _open[self.run_id] = uri
-        sweep_dir.mkdir(parents=True, exist_ok=True)
         (sweep_dir / PARENT_FILE).write_text(json.dumps({"run_id": self.run_id, "tracking_uri": uri,
                                                          "experiment_id": experiment_id, "swept": swept}))
         print(f"sweep: parent MLflow run {self.run_id}, jobs under {sweep_dir}/", file=sys.stderr, flush=True)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from mlflow import MlflowClient
-
         sweep_dir = Path(str(config.hydra.sweep.dir))
-        parent = json.loads((sweep_dir / PARENT_FILE).read_text())
         jobs = sorted((p.parent for p in sweep_dir.glob("*/.hydra")), key=lambda p: (len(p.name), p.name))
         summaries = [json.loads((j / SUMMARY_FILE).read_text()) for j in jobs if (j / SUMMARY_FILE).is_file()]
         missing = [j.name for j in jobs if not (j / SUMMARY_FILE).is_file()]
-        client = MlflowClient(tracking_uri=parent["tracking_uri"])
-        client.log_param(self.run_id, "jobs", len(jobs))
         if summaries:
             module, _, function = REPORTS[self.command].partition(":")
-            table = getattr(importlib.import_module(module), function)(summaries, self.run_id, parent["swept"])
+            table = getattr(importlib.import_module(module), function)(summaries, self.run_id, swept_keys(config))
             table.to_csv(sweep_dir / "sweep.csv", index=False)
-            client.log_artifact(self.run_id, str(sweep_dir / "sweep.csv"))
         if missing:
             print(f"deepflow: error: {len(missing)} of {len(jobs)} jobs left no result (job folders "
                   f"{', '.join(missing)} under {sweep_dir}/: see their .log)", file=sys.stderr)
             _failed.append(len(missing))
-        client.set_terminated(self.run_id, "FAILED" if missing else "FINISHED")
-        _open.pop(self.run_id, None)
+        if self.run_id is not None:
+            from mlflow import MlflowClient
+
+            client = MlflowClient(tracking_uri=_open[self.run_id])
+            client.log_param(self.run_id, "jobs", len(jobs))
+            if summaries:
+                client.log_artifact(self.run_id, str(sweep_dir / "sweep.csv"))
+            client.set_terminated(self.run_id, "FAILED" if missing else "FINISHED")
+            _open.pop(self.run_id, None)
 
 
 def parent_of_job() -> Optional[dict]:
