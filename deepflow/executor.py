@@ -162,16 +162,54 @@ def _local_backend(space, plan: BlockPlan, directory: Path):
     return submit, wait, lambda: None
 
 
+def start_ray(options: ExecutorOptions) -> bool:
+    """Ray as `options` say (`ray.address`, `ray.num_cpus`) unless this process has it already;
+    True when it was started here (the caller shuts it down)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if options.address == "local":
+        ray.init(num_cpus=options.num_cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    else:
+        ray.init(address=options.address, logging_level="ERROR", log_to_driver=False)
+    return True
+
+
+def _run_chunk(fn, chunk: list[tuple]) -> list:
+    return [fn(*args) for args in chunk]
+
+
+class RayMap:
+    """`map_fn(fn, argument tuples) -> results` on Ray (`fn` a module-level function), in order:
+    the calls are cut into one chunk per CPU of the cluster, each chunk a Ray task (a call of ~20 ms
+    would otherwise pay Ray's per-task cost each time). Ray is started on the first call, not
+    before (checking a config starts nothing); a task whose worker dies is run again
+    (`ray.max_retries`)."""
+
+    def __init__(self, options: ExecutorOptions) -> None:
+        self.options = options
+        self._remote = None
+
+    def __call__(self, fn, arguments: list[tuple]) -> list:
+        import ray
+
+        if not arguments:
+            return []
+        if start_ray(self.options):
+            print(f"ray: {int(ray.cluster_resources().get('CPU', 0))} CPUs (started here)", file=sys.stderr)
+        if self._remote is None:
+            self._remote = ray.remote(num_cpus=1, max_retries=self.options.max_retries)(_run_chunk)
+        chunks = max(1, min(len(arguments), _cluster_cpus(self.options)))
+        size = -(-len(arguments) // chunks)
+        parts = ray.get([self._remote.remote(fn, arguments[i:i + size]) for i in range(0, len(arguments), size)])
+        return [result for part in parts for result in part]
+
+
 def _ray_backend(space, plan: BlockPlan, directory: Path, options: ExecutorOptions):
     import ray
 
-    started = not ray.is_initialized()
-    if started:
-        if options.address == "local":
-            ray.init(num_cpus=options.num_cpus, include_dashboard=False, logging_level="ERROR",
-                     log_to_driver=False)
-        else:
-            ray.init(address=options.address, logging_level="ERROR", log_to_driver=False)
+    started = start_ray(options)
     env = {KILL_ONCE_ENV: os.environ[KILL_ONCE_ENV]} if os.environ.get(KILL_ONCE_ENV) else {}
     remote = ray.remote(num_cpus=1, max_retries=options.max_retries)(compute_block)
     if env:

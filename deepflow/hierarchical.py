@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -33,11 +33,30 @@ from analytical.specs import SpecError
 from analytical.step import StepResult, evaluate
 
 
+def search_best_mapping(design: DesignBatch, options: Optional[SearchOptions], eff: Efficiency
+                        ) -> Optional[dict[str, float]]:
+    """The mapping fields of the fastest feasible mapping of one design (a batch of one) among every
+    valid mapping (`enumerate_mappings_of`, evaluated in one batched call), or None."""
+    grid = enumerate_mappings_of(design, options)
+    if grid.batch_size == 0:
+        return None
+    result = evaluate(grid, eff)
+    time_s = torch.where(result.feasible, result.step_time_s, torch.full_like(result.step_time_s, math.inf))
+    best = int(torch.argmin(time_s))
+    if not bool(result.feasible[best]):
+        return None
+    return {name: float(getattr(grid, name)[best]) for name in MAPPING_FIELDS}
+
+
+def _one_by_one(fn: Callable, arguments: list[tuple]) -> list:
+    return [fn(*args) for args in arguments]
+
+
 class BestMappingSpace:
     """The outer space of `space` with the mapping chosen by exhaustive search (module docstring)."""
 
     def __init__(self, space: DesignSpace, options: Optional[SearchOptions] = None, cache_size: int = 4096,
-                 efficiency: Optional[Efficiency] = None):
+                 efficiency: Optional[Efficiency] = None, map_fn: Optional[Callable] = None):
         outer = tuple(p for p in space.parameters if p.name not in MAPPING_FIELDS)
         if not outer:
             raise SpecError(f"space[{space.name}]", "parameters", space.names,
@@ -49,6 +68,10 @@ class BestMappingSpace:
         self.options = options
         self.cache_size = cache_size
         self._cache: dict[tuple, dict[str, float]] = {}  # (constants, outer point) -> its best mapping's fields
+        # how the searches of a batch's new points run: map_fn(search_best_mapping, [(design, options,
+        # eff), ...]) -> their results in order; one after another here by default, Ray tasks with
+        # deepflow.executor.RayMap (`deepflow optimize inner=best_mapping executor=ray`)
+        self.map_fn = map_fn
 
     # the DesignSpace surface the loop and strategies use
     @property
@@ -88,28 +111,25 @@ class BestMappingSpace:
     # the inner search
     def best_mapping(self, design: DesignBatch, eff: Optional[Efficiency] = None) -> Optional[dict[str, float]]:
         """The mapping fields of the fastest feasible mapping of one design (a batch of one), or None."""
-        grid = enumerate_mappings_of(design, self.options)
-        if grid.batch_size == 0:
-            return None
-        result = evaluate(grid, self.efficiency if eff is None else eff)
-        time_s = torch.where(result.feasible, result.step_time_s, torch.full_like(result.step_time_s, math.inf))
-        best = int(torch.argmin(time_s))
-        if not bool(result.feasible[best]):
-            return None
-        return {name: float(getattr(grid, name)[best]) for name in MAPPING_FIELDS}
+        return search_best_mapping(design, self.options, self.efficiency if eff is None else eff)
 
     def _mappings(self, u: torch.Tensor, eff: Efficiency) -> list[Optional[dict[str, float]]]:
         batch, derived = self.outer.to_batch_and_chip(u.detach())
-        out = []
-        for i in range(u.shape[0]):
-            key = (eff, u[i].detach().numpy().tobytes())
-            if key not in self._cache:
-                if len(self._cache) >= self.cache_size:
-                    self._cache.pop(next(iter(self._cache)))
-                chip_ok = derived is None or int(derived.reason[i]) == 0
-                self._cache[key] = self.best_mapping(batch.index(slice(i, i + 1)), eff) if chip_ok else None
-            out.append(self._cache[key])
-        return out
+        keys = [(eff, u[i].detach().numpy().tobytes()) for i in range(u.shape[0])]
+        new = [i for i, key in enumerate(keys) if key not in self._cache and keys.index(key) == i]
+        searched = [i for i in new if derived is None or int(derived.reason[i]) == 0]  # a chip that can be built
+        arguments = [(batch.index(slice(i, i + 1)), self.options, eff) for i in searched]
+        found = (self.map_fn or _one_by_one)(search_best_mapping, arguments)
+        results = dict(zip(searched, found))
+        out = {}
+        for i in new:
+            out[keys[i]] = results.get(i)
+        answers = [out[key] if key in out else self._cache[key] for key in keys]
+        for key, value in out.items():
+            if len(self._cache) >= self.cache_size:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = value
+        return answers
 
     def to_batch(self, u: torch.Tensor, eff: Optional[Efficiency] = None) -> DesignBatch:
         """`(n, d)` outer points to their designs with their best mappings (the template's mapping

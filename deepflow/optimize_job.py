@@ -19,7 +19,7 @@ RESUME_OPTIONS = ("resume", "tracking.uri", "output_dir", "output")
 MAX_ENUMERATE = 2_000_000  # largest finite space `optimum=enumerate` evaluates whole
 OPTIONS = {"name", "objective", "power_cap_w", "budget", "q", "seed", "optimum", "warm_start", "resume", "output_dir",
            "output", "hardware", "system", "model", "mapping", "space", "strategy", "tracking", "chip",
-           "inner", "calibration"}
+           "inner", "calibration", "executor", "ray"}
 INNER = (None, "best_mapping")  # `inner`: null = the space as given; best_mapping = deepflow.hierarchical
 
 
@@ -73,6 +73,7 @@ def _int(cfg: DictConfig, key: str, minimum: int) -> int:
 def prepare(cfg: DictConfig, overrides: list[str]) -> Job:
     """Check everything a run needs (cheap: no evaluation, no MLflow) and return the `Job`."""
     from deepflow.calibration import calibration_from_config
+    from deepflow.executor import executor_options
     from deepflow.objectives import make_objective
     from deepflow.strategies import STRATEGIES, make_strategy
     from deepflow.tracking import resolve_uri
@@ -100,11 +101,17 @@ def prepare(cfg: DictConfig, overrides: list[str]) -> Job:
     if calibration is not None:  # the saved config (resume) names the file wherever the run continues
         OmegaConf.update(cfg, "calibration", str(Path(calibration.path).resolve()))
     space = space_from_config(cfg)
+    executor = executor_options(cfg)
+    if executor.name == "ray" and inner != "best_mapping":
+        raise invalid("executor", executor.name, "local for inner=null: Ray runs the inner best-mapping searches of "
+                                                 "inner=best_mapping; a plain space's batch of q designs is one "
+                                                 "vectorized call of milliseconds")
     if inner == "best_mapping":
+        from deepflow.executor import RayMap
         from deepflow.hierarchical import BestMappingSpace
 
         try:
-            space = BestMappingSpace(space)
+            space = BestMappingSpace(space, map_fn=RayMap(executor) if executor.name == "ray" else None)
         except SpecError:
             raise invalid("inner", inner, f"null for space {space.name}: best_mapping needs a space with parameters "
                                        f"outside the mapping (e.g. space=chip-mapping)") from None

@@ -70,3 +70,26 @@ def test_sample_command_with_the_ray_executor(local_ray, tmp_path, monkeypatch, 
         assert len(frame) == 3000 and record["name"] == "mapping-only" and source == str(directory.resolve())
     assert main(["sample", "space=mapping-only", "executor=ray", "out=x.parquet", "mlflow=false"]) == 2
     assert "allowed a directory" in capsys.readouterr().err
+
+
+def test_inner_best_mapping_searches_on_ray_find_the_same_mappings(local_ray):
+    """RayMap (the searches of a batch's outer points as Ray tasks, in chunks) gives exactly the
+    mappings of the searches run one after another here."""
+    import torch
+
+    from deepflow.executor import RayMap
+    from deepflow.hierarchical import BestMappingSpace
+
+    base = space_from_config(compose_config(["experiment=llama3-70b-n5-hierarchical"], config_name="optimize"))
+    here, there = BestMappingSpace(base), BestMappingSpace(base, map_fn=RayMap(ExecutorOptions("ray")))
+    u = here.sample(6, seed=3)
+    u = torch.cat([u, u[:1]])  # a repeated point is searched once
+    ours, theirs = here.evaluate(u), there.evaluate(u)
+    assert torch.equal(ours.step_time_s, theirs.step_time_s) and torch.equal(ours.feasible, theirs.feasible)
+    assert bool(ours.feasible.any())
+
+
+def test_executor_ray_needs_inner_searches_to_parallelize(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["optimize", "executor=ray"]) == 2
+    assert "executor='ray' is invalid: allowed local for inner=null" in capsys.readouterr().err
