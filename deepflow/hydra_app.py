@@ -41,12 +41,19 @@ def task(cfg) -> int:
     """Hydra's task function for every command: the job's own command, in the folder the command
     was started from (a launcher may start its worker elsewhere; relative paths mean the same)."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
 
     hc = HydraConfig.get()
     if os.getcwd() != hc.runtime.cwd:
         os.chdir(hc.runtime.cwd)
     module, _, function = TASKS[hc.job.name].partition(":")
-    code = int(getattr(importlib.import_module(module), function)(cfg, list(hc.overrides.task)) or 0)
+    try:
+        code = int(getattr(importlib.import_module(module), function)(cfg, list(hc.overrides.task)) or 0)
+    except ConfigError as exc:  # checked before Hydra started, so rare: one line in a single run
+        if hc.mode == RunMode.MULTIRUN:
+            raise  # a failed job of the sweep (Hydra reports it with its overrides)
+        print(f"deepflow: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     _codes.append(code)
     return code
 

@@ -323,9 +323,12 @@ def optimize_task(cfg, overrides: list[str]) -> int:
 
 def check_jobs(jobs: list[list[str]]) -> None:
     """Every job of the command line composed and checked (`prepare`) before any of them runs."""
+    from deepflow.tracking import check_reachable
+
     uris = {prepare(compose_config(overrides, CONFIG_NAME), overrides).uri for overrides in jobs}
     if len(uris) > 1:
         raise invalid("tracking.uri", sorted(uris)[1], f"the same store for every job of a multirun ({sorted(uris)[0]})")
+    check_reachable(uris.pop())  # a server that does not answer, before any job starts
 
 
 def cmd_optimize(argv: list[str]) -> int:
