@@ -6,11 +6,12 @@
 No Hydra or MLflow here: anyone can call it from a notebook.
 """
 
-from analytical.design import DesignBatch, single_design, stack_designs
-from analytical.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from analytical.feasibility import REASON_TEXT, Reason
+from analytical.build import single_design, stack_designs
+from analytical.codes import REASON_TEXT, Reason
+from analytical.design import DesignBatch
 from analytical.specs import AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec
-from analytical.step import TIME_PARTS, StepResult, evaluate
+from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from analytical.step.model import TIME_PARTS, StepResult, evaluate
 
 __all__ = ["AcceleratorSpec", "DEFAULT_EFFICIENCY", "DesignBatch", "Efficiency", "MappingSpec", "ModelSpec",
            "REASON_TEXT", "Reason", "SpecError", "StepResult", "SystemSpec", "TIME_PARTS", "evaluate",

@@ -3,9 +3,9 @@ chip derivation's V/f model gives it.
 
 A preset's datasheet peak is its rate at the node's nominal supply, drawing its TDP when running
 flat out. A limit `L` < TDP takes `TDP - L` watts from the compute partition (units and their
-leakage, `analytical.energy.units_dynamic_power_w` + `static_power_w`; memory and I/O keep theirs),
+leakage, `analytical.step.energy.units_dynamic_power_w` + `static_power_w`; memory and I/O keep theirs),
 and the compute partition settles at the highest supply whose power fits what is left
-(`analytical.chip_power.operating_vdd_v`: C V^2 f with the alpha-power-law clock, leakage ~ V^3).
+(`analytical.chip.power.operating_vdd_v`: C V^2 f with the alpha-power-law clock, leakage ~ V^3).
 Peak rates then scale with the clock, J per FLOP with V^2 and static power with V^3; a limit at or
 above the TDP changes nothing.
 """
@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import torch
 
-from analytical.chip_constants import DerivationConstants
-from analytical.chip_power import clock_ratio, operating_vdd_v
+from analytical.chip.constants import DerivationConstants
+from analytical.chip.power import clock_ratio, operating_vdd_v
+from analytical.chip.technology import logic_node
 from analytical.specs import PEAK_FORMATS, AcceleratorSpec
-from analytical.technology import logic_node
 
 
 def capped_operating_point(accelerator: AcceleratorSpec, power_limit_w: float) -> tuple[float, float]:
     """`(clock_ratio, voltage_ratio)` (<= 1) of `accelerator` under `power_limit_w`, relative to its
     datasheet operating point."""
-    from analytical.energy import compute_partition_scale, static_power_w, units_dynamic_power_w  # (cycle)
+    from analytical.step.energy import compute_partition_scale, static_power_w, units_dynamic_power_w  # (cycle)
 
     if accelerator.tdp_w <= 0 or power_limit_w >= accelerator.tdp_w:
         return 1.0, 1.0

@@ -24,7 +24,7 @@ The space searched (defaults of `SearchOptions`):
   (both shard the optimizer state over dp), so only the latter is enumerated.
 - precision, flash_attention, overlap_dp_comm, overlap_tp_comm: as given (not searched).
 
-Every rule of `analytical.feasibility` about the mapping (degrees, divisibility, vp, ZeRO with
+Every rule of `analytical.step.feasibility` about the mapping (degrees, divisibility, vp, ZeRO with
 pipelining) is applied while enumerating, so an enumerated mapping is infeasible only if it does
 not fit in memory, or for reasons shared by all mappings (an unsupported precision, a system
 without scale-out links); `evaluate` decides those.
@@ -48,11 +48,12 @@ from typing import Optional, Sequence
 
 import torch
 
-from analytical.design import DTYPE, RECOMPUTE_CODES, DesignBatch, single_design
-from analytical.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from analytical.specs import (PRECISIONS, RECOMPUTE, AcceleratorSpec, MappingSpec, ModelSpec, SpecError,
-                              SystemSpec)
-from analytical.step import StepResult, evaluate
+from analytical.build import single_design
+from analytical.codes import DTYPE, RECOMPUTE_CODES
+from analytical.design import DesignBatch
+from analytical.specs import PRECISIONS, RECOMPUTE, AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec
+from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from analytical.step.model import StepResult, evaluate
 
 MAPPING_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "micro_batch_size", "recompute",
                   "zero_stage", "distributed_optimizer")

@@ -11,14 +11,14 @@ others. Each `Parameter` names a `DesignBatch` field (SI units, categorical code
 `encode` maps a value to the centre of its bin, so `decode(encode(x)) == x` for every value in the
 space. Data-parallelism is derived (dp = num_devices / (tp pp cp)) so that the product of degrees
 equals the device count whenever it can; points where it cannot, and points that break any other
-mapping rule of `analytical.feasibility`, violate a *known constraint* and `sample` filters them
+mapping rule of `analytical.step.feasibility`, violate a *known constraint* and `sample` filters them
 out. Points that pass may still be infeasible (out of memory): `evaluate` tells.
 
 Tied fields: `peak_bf16_flops_per_s` scales every tensor precision's peak by the same factor as
 the template's bf16 peak (the ratios of one architecture), so a space need not vary each one.
 
-Chip parameters (the joint space): a space with a `chip` template (`analytical.chip_spec.ChipSpec`)
-may also vary the inputs of the chip derivation (`analytical.chip_spec.CHIP_FIELDS`: technology
+Chip parameters (the joint space): a space with a `chip` template (`analytical.chip.spec.ChipSpec`)
+may also vary the inputs of the chip derivation (`analytical.chip.spec.CHIP_FIELDS`: technology
 categoricals with their names as choices, die area and power budgets, split fractions, supply,
 FLOP/clk per unit, scale-out lanes). `to_batch` derives the accelerator of every point
 (`analytical.chip.derive`) and puts it in place of the template's accelerator fields; `evaluate`
@@ -38,14 +38,14 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from analytical.chip import DerivedChips, derive
-from analytical.chip_spec import CHIP_CATEGORY_CODES, CHIP_FIELDS, IMPLIED_FRACTIONS, ChipBatch, ChipSpec, stack_chips
-from analytical.design import (DTYPE, FFN_CODES, KIND_CODES, PRECISION_CODES, RECOMPUTE_CODES, TOPOLOGY_CODES,
-                               DesignBatch)
-from analytical.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from analytical.feasibility import mapping_reasons, peak_for_precision
+from analytical.chip.derive import DerivedChips, derive
+from analytical.chip.spec import CHIP_CATEGORY_CODES, CHIP_FIELDS, IMPLIED_FRACTIONS, ChipBatch, ChipSpec, stack_chips
+from analytical.codes import DTYPE, FFN_CODES, KIND_CODES, PRECISION_CODES, RECOMPUTE_CODES, TOPOLOGY_CODES
+from analytical.design import DesignBatch
 from analytical.specs import SpecError
-from analytical.step import StepResult, evaluate
+from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from analytical.step.feasibility import mapping_reasons, peak_for_precision
+from analytical.step.model import StepResult, evaluate
 
 PARAMETER_KINDS = ("continuous", "integer", "log2", "categorical")
 CATEGORY_CODES = {"precision": PRECISION_CODES, "recompute": RECOMPUTE_CODES, "topology": TOPOLOGY_CODES,

@@ -8,7 +8,7 @@ so a typo or a wrong type in a YAML preset fails when the config is loaded.
 Every spec has `validate()`, which raises `SpecError` naming the field and the allowed values.
 Validation is about *bad input* (a negative size, an unknown category). Whether a valid design can
 run (memory, divisibility of the mapping) is a feasibility answer, not an error: see
-`analytical.feasibility`.
+`analytical.step.feasibility`.
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ class AcceleratorSpec:
     tdp_w: float = 0.0  # device power budget; 0 = none (the energy model then flags nothing)
     # a power limit set below the TDP (nvidia-smi -pl): slows the clock (analytical.power_cap); None = TDP
     power_limit_w: Optional[float] = None
-    # technology (energy model, analytical/energy.py): names of rows of analytical/technology.py; the
-    # defaults are A100's. static_power_w overrides the node's leakage (analytical.silicon: its static
+    # technology (energy model, analytical/step/energy.py): names of rows of analytical/chip/technology.py; the
+    # defaults are A100's. static_power_w overrides the node's leakage (analytical.chip.silicon: its static
     # share of the compute units' power at peak, nominal V) when set.
     logic_node: str = "N7"
     memory_technology: str = "HBM2e"
@@ -101,7 +101,7 @@ class AcceleratorSpec:
 
     def validate(self) -> "AcceleratorSpec":
         spec = f"hardware[{self.name}]"
-        from analytical.technology import LINK_TECHS, LOGIC_NODES, MEMORY_TECHS  # technology imports specs
+        from analytical.chip.technology import LINK_TECHS, LOGIC_NODES, MEMORY_TECHS  # technology imports specs
 
         for name, table in (("logic_node", LOGIC_NODES), ("memory_technology", MEMORY_TECHS),
                             ("scale_up_link", LINK_TECHS), ("scale_out_link", LINK_TECHS)):

@@ -1,11 +1,11 @@
 """A calibration file: the analytical model's efficiency constants fitted on a user's measured runs.
 
-`deepflow calibrate data=<csv>` (deepflow/calibrate.py) writes one; `calibration=<file>` makes
+`deepflow calibrate data=<csv>` (deepflow/commands/calibrate.py) writes one; `calibration=<file>` makes
 `evaluate`, `best-mapping`, `validate`, `sample` and `optimize` use it. The file is YAML:
 
     version: 1
     provenance: {command, data, data_sha256, fit, cv, folds, fields, n, cv_mape_before, cv_mape_after, date, ...}
-    efficiency: {<every field of analytical.efficiency.Efficiency>: value}      # the global constants
+    efficiency: {<every field of analytical.step.efficiency.Efficiency>: value}      # the global constants
     per_accelerator: {<gpu of the CSV>: {<field>: value}}                          # fit=per_accelerator only
 
 `Calibration.efficiency_for(accelerator)` is the accelerator's own constants when the file has them
@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from analytical.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from deepflow.presets import ConfigError
 
 FORMAT_VERSION = 1
@@ -148,7 +148,7 @@ class Calibration:
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        header = ("# DeepFlow calibration: efficiency constants of the analytical model (analytical/efficiency.py).\n"
+        header = ("# DeepFlow calibration: efficiency constants of the analytical model (analytical/step/efficiency.py).\n"
                   "# Use it: deepflow evaluate calibration=<this file> (also best-mapping, validate, sample, optimize).\n")
         text = header + yaml.safe_dump(_plain(self.to_dict()), sort_keys=False, default_flow_style=False)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

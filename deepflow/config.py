@@ -31,7 +31,7 @@ def _explain(exc: Exception, overrides: list[str], config_name: str) -> str:
     if hydra_group:
         group, name = hydra_group.groups()
         if group == "hydra/launcher":
-            from deepflow.hydra_app import launcher_help
+            from deepflow.scale.hydra_app import launcher_help
 
             return launcher_help(name)
         return f"{group}={name!r} is not a known option: allowed {', '.join(hydra_group_options(group))}"
@@ -101,13 +101,13 @@ def compose_config(overrides: list[str], config_name: str = "config", return_hyd
 
 def specs_from_config(cfg: DictConfig) -> tuple[Any, Any, Any, Any]:
     """`(accelerator, system, model, mapping)` specs of a composed config, validated. With a `chip`
-    group the accelerator is the derived chip's (`analytical.chip.accelerator_spec`)."""
+    group the accelerator is the derived chip's (`analytical.chip.derive.accelerator_spec`)."""
     specs = tuple(to_spec(group, cfg[group]) for group in ("hardware", "system", "model", "mapping"))
     chip = chip_from_config(cfg)
     if chip is None:
         return specs
-    from analytical.chip import accelerator_spec, derive_chip
-    from analytical.feasibility import REASON_TEXT, Reason
+    from analytical.chip.derive import accelerator_spec, derive_chip
+    from analytical.codes import REASON_TEXT, Reason
 
     derived = derive_chip(chip)
     if int(derived.reason[0]):
@@ -124,12 +124,13 @@ def chip_from_config(cfg: DictConfig):
 
 def design_from_config(cfg: DictConfig):
     """`(specs, design, derived)`: the specs as `specs_from_config`, the `DesignBatch` of one and,
-    with a `chip` group, its derivation (`analytical.chip.DerivedChips`, whose accelerator fields,
+    with a `chip` group, its derivation (`analytical.chip.derive.DerivedChips`, whose accelerator fields,
     energies at the operating voltage included, are the design's), else None."""
     import dataclasses
 
-    from analytical.chip import accelerator_spec, derive_chip
-    from analytical.design import DesignBatch, single_design
+    from analytical.build import single_design
+    from analytical.chip.derive import accelerator_spec, derive_chip
+    from analytical.design import DesignBatch
 
     specs = tuple(to_spec(group, cfg[group]) for group in ("hardware", "system", "model", "mapping"))
     chip = chip_from_config(cfg)
@@ -158,7 +159,7 @@ def space_from_config(cfg: DictConfig):
     derived (so `chip=<preset> space=mapping-only` searches mappings on the derived chip). Its
     efficiency constants are the config's calibration's (`calibration=<file>`, for the template's
     accelerator or chip), else the defaults."""
-    from analytical.design import single_design
+    from analytical.build import single_design
     from analytical.space import DesignSpace, parameters_from_dicts
     from analytical.specs import SpecError
     from deepflow.calibration import efficiency_of

@@ -16,8 +16,18 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from analytical.design import (FFN_CODES, GB, GIB, KIND_CODES, MIB, PRECISION_CODES, RECOMPUTE_CODES, TFLOPS,
-                               TOPOLOGY_CODES, US)
+from analytical.codes import (
+    FFN_CODES,
+    GB,
+    GIB,
+    KIND_CODES,
+    MIB,
+    PRECISION_CODES,
+    RECOMPUTE_CODES,
+    TFLOPS,
+    TOPOLOGY_CODES,
+    US,
+)
 from deepflow.presets import GROUP_SPECS, ConfigError, to_spec
 
 # DesignBatch field -> (config group, spec field, factor from SI to the spec's unit, codes or None)
@@ -92,10 +102,10 @@ def group_sections(cfg: DictConfig) -> dict[str, dict[str, Any]]:
 
 
 def chip_section(chip, values: dict[str, float]) -> dict[str, Any]:
-    """The `chip` section of a design whose chip inputs (`analytical.chip_spec.CHIP_FIELDS`, codes
+    """The `chip` section of a design whose chip inputs (`analytical.chip.spec.CHIP_FIELDS`, codes
     and SI units as a space decodes them) are `values`, around the template `ChipSpec` `chip`; the
     implied last part of each split is set so that the split sums to 1."""
-    from analytical.chip_spec import CHIP_CATEGORY_CODES, IMPLIED_FRACTIONS
+    from analytical.chip.spec import CHIP_CATEGORY_CODES, IMPLIED_FRACTIONS
 
     out = dataclasses.asdict(chip)
     for name, value in values.items():
@@ -122,7 +132,7 @@ def design_config(cfg: DictConfig, values: dict[str, float], chip=None) -> tuple
     template `chip` (`ChipSpec`, a joint space's), a `chip` section too, and the accelerator fields
     the chip derives are left to `deepflow evaluate` to derive again. Returns the sections and the
     fields that have no spec field (they cannot be written back; empty for the shipped spaces)."""
-    from analytical.chip_spec import CHIP_FIELDS
+    from analytical.chip.spec import CHIP_FIELDS
     from analytical.space import DERIVED_FIELDS
 
     sections = group_sections(cfg)
@@ -141,7 +151,7 @@ def design_config(cfg: DictConfig, values: dict[str, float], chip=None) -> tuple
         if group != "chip":
             to_spec(group, fields)  # the result must be a valid design: fail here, not in a user's evaluate
     if "chip" in sections:
-        from analytical.chip_spec import chip_from_dict
+        from analytical.chip.spec import chip_from_dict
 
         chip_from_dict(sections["chip"])
     return sections, unmapped

@@ -1,4 +1,4 @@
-"""Figures of an optimization run, from its evaluations table (`deepflow.runstore`).
+"""Figures of an optimization run, from its evaluations table (`deepflow.run.store`).
 
 - `convergence_png`: every verified objective value and the best so far against the evaluation
   index (log scale), the known optimum when there is one; for two objectives, the hypervolume.

@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from analytical.chip_spec import ChipSpec
+from analytical.chip.spec import ChipSpec
 from analytical.specs import AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -23,7 +23,7 @@ GROUP_SPECS: dict[str, type] = {
     "system": SystemSpec,
     "model": ModelSpec,
     "mapping": MappingSpec,
-    "chip": ChipSpec,  # optional (default null): derived from technology and budgets (analytical/chip.py)
+    "chip": ChipSpec,  # optional (default null): derived from technology and budgets (analytical/chip/derive.py)
 }
 
 

@@ -7,7 +7,7 @@ Two CSV schemas are understood (see experiments/validation/README.md):
   GPT runs on A100 nodes with full activation checkpointing; ranking quality matters there, so
   Kendall tau per model is reported.
 
-`fit_efficiency` fits the few global constants of `analytical.efficiency.Efficiency` on some rows
+`fit_efficiency` fits the few global constants of `analytical.step.efficiency.Efficiency` on some rows
 (least squares on log time); never per row.
 """
 

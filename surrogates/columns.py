@@ -29,12 +29,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analytical.chip_spec import ChipSpec
-from analytical.design import DTYPE, DesignBatch
-from analytical.feasibility import Reason
+from analytical.chip.spec import ChipSpec
+from analytical.codes import DTYPE, Reason
+from analytical.design import DesignBatch
 from analytical.space import CATEGORY_CODES, DesignSpace, Parameter
 from analytical.specs import SpecError
-from analytical.step import StepResult
+from analytical.step.model import StepResult
 
 SPACE_FORMAT_VERSION = 1
 PARQUET_SPACE_KEY = b"deepflow.space"

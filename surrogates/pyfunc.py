@@ -39,31 +39,11 @@ INTERVAL_Z = 1.959963984540054  # two-sided 95 % quantile of the standard normal
 OUTPUT_SUFFIXES = ("mean", "std", "median", "lower", "upper")
 
 
-MODEL_MODULES = ("surrogates.gp", "surrogates.svgp", "surrogates.ensemble", "surrogates.classifier")
-
-
 def load_saved_model(directory: str | Path):
-    """A model `save` wrote, rebuilt by the class its `config.json` names (`surrogates.load_surrogate`
-    when the package has it; else the class of that name in `MODEL_MODULES`). No pickling."""
-    import importlib
+    """A model `save` wrote, rebuilt by the class its `config.json` names (no pickling)."""
+    from surrogates.models import load_surrogate
 
-    import surrogates
-
-    loader = getattr(surrogates, "load_surrogate", None)
-    if loader is not None:
-        return loader(directory)
-    config_file = Path(directory) / "config.json"
-    if not config_file.is_file():
-        raise SpecError("load", "directory", str(directory), "a directory holding config.json and state.pt")
-    name = json.loads(config_file.read_text()).get("class")
-    for module in MODEL_MODULES:
-        try:
-            cls = getattr(importlib.import_module(module), name, None)
-        except ImportError:
-            continue
-        if cls is not None:
-            return cls.load(directory)
-    raise SpecError("load", "class", name, "a model class of " + ", ".join(MODEL_MODULES))
+    return load_surrogate(directory)
 
 
 def output_columns(targets: Sequence[str], classifier: bool = False) -> list[str]:

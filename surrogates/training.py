@@ -6,7 +6,7 @@
 
 Targets: log step time, and log energy when the samples have `energy_j`. The regression learns the
 feasible rows only (an infeasible design's time is not a quantity anyone optimizes); a feasibility
-classifier, when `surrogates.classifier` provides one, learns feasible/infeasible on all rows.
+classifier, when `surrogates.models.classifier` provides one, learns feasible/infeasible on all rows.
 
 Splits (disjoint, over all rows):
 - *extrapolation*: a region of the space left out of training: the largest device counts when the
@@ -33,16 +33,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from analytical.design import DTYPE
+from analytical.codes import DTYPE
 from analytical.specs import SpecError
 from surrogates.columns import DesignColumns, parameters_from_dict
 from surrogates.metrics import coverage, regression_report
 from surrogates.pyfunc import SurrogatePredictor
 
 # config name -> "module:class" of the regression models (imported when used)
-SURROGATES = {"gp": "surrogates.gp:ExactGP", "svgp": "surrogates.svgp:SVGP",
-              "mlp_ensemble": "surrogates.ensemble:MLPEnsemble"}
-CLASSIFIER = "surrogates.classifier:FeasibilityClassifier"
+SURROGATES = {"gp": "surrogates.models.gp:ExactGP", "svgp": "surrogates.models.svgp:SVGP",
+              "mlp_ensemble": "surrogates.models.ensemble:MLPEnsemble"}
+CLASSIFIER = "surrogates.models.classifier:FeasibilityClassifier"
 TARGET_COLUMNS = ("step_time_s", "energy_j")
 SPLITS = ("held_out", "extrapolation")
 
@@ -83,7 +83,7 @@ def fill_input_dims(params: dict[str, Any], accepted: Mapping[str, Any], columns
         params["one_hot_dims"] = [[i, len(p.choices)] for i, p in enumerate(columns.parameters)
                                   if p.kind == "categorical" and len(p.choices) >= 2]
     if "log_features" in accepted and "log_features" not in params:
-        from surrogates.ensemble import log_features_of
+        from surrogates.models.ensemble import log_features_of
 
         params["log_features"] = log_features_of(columns.parameters)
     return params
@@ -91,7 +91,7 @@ def fill_input_dims(params: dict[str, Any], accepted: Mapping[str, Any], columns
 
 def make_classifier(params: Optional[Mapping[str, Any]] = None, seed: Optional[int] = None,
                     columns: Optional[DesignColumns] = None):
-    """The feasibility classifier of `surrogates.classifier`, or None when the package has none;
+    """The feasibility classifier of `surrogates.models.classifier`, or None when the package has none;
     with `columns` it gets the space's input encodings (`fill_input_dims`)."""
     try:
         cls = import_class(CLASSIFIER)

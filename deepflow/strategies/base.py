@@ -3,7 +3,7 @@
 A strategy is stateless between calls: everything it knows comes from the verified `History`, so a
 killed run resumes by reloading its history (and, for the random baselines, the seed). Points are
 `n x d` float64 tensors on the unit cube of a `analytical.space.DesignSpace`; objectives are
-minimized (log step time, log energy, ...), see `deepflow.objectives`.
+minimized (log step time, log energy, ...), see `deepflow.run.objectives`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Optional, Protocol, runtime_checkable
 
 import torch
 
-from analytical.design import DTYPE
+from analytical.codes import DTYPE
 from analytical.space import DesignSpace
 from analytical.specs import SpecError
 

@@ -28,7 +28,7 @@ Models (exact GPs, noise-free: the analytical model is deterministic, so `train_
   value says nothing about the feasible optimum and would bend the model where it matters (while
   fewer than 2 rows are feasible, every row is used);
 - each outcome constraint of `History.C` (<= 0 satisfied; memory margin log(memory / capacity), power
-  margin, "other" infeasibility label; see `deepflow.objectives`) that is not constant gets its own
+  margin, "other" infeasibility label; see `deepflow.run.objectives`) that is not constant gets its own
   GP on ALL rows. This is how the probability of fitting in memory enters: an outcome constraint on
   the modelled memory margin, which is continuous and informative also where it is violated, rather
   than a classifier on the 0/1 labels;
@@ -75,160 +75,20 @@ from botorch.acquisition.objective import GenericMCObjective
 from botorch.exceptions.warnings import OptimizationWarning
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import ModelListGP, SingleTaskGP
-from botorch.models.kernels.categorical import CategoricalKernel
-from botorch.models.utils.gpytorch_modules import get_covar_module_with_dim_scaled_prior
 from botorch.optim import optimize_acqf, optimize_acqf_discrete, optimize_acqf_mixed_alternating
 from botorch.sampling import SobolQMCNormalSampler
-from gpytorch.constraints import GreaterThan
-from gpytorch.kernels import Kernel, ScaleKernel
-from gpytorch.means import Mean
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
-from analytical.design import DTYPE
+from analytical.codes import DTYPE
 from analytical.search import torch_threads
 from analytical.space import DesignSpace
 from analytical.specs import SpecError
 from deepflow.strategies.base import History, check_q, design_keys
+from deepflow.strategies.gp_parts import NOISE_FRACTION, SurrogateMean, hyperparameters, log_ei, marginals, mixed_kernel
 from deepflow.strategies.random_search import SobolSearch, fresh
+from deepflow.strategies.space_grid import bin_centres, cat_dims, enumerate_space, grid_ids, snap, space_key
 
 SCREEN_BLOCK = 4096  # choices per block of the screen's constraint terms
-NOISE_FRACTION = 1.1e-6  # fixed train_Yvar / outcome variance: noise-free (gpytorch floors noise at 1e-6)
-
-
-def snap(space: DesignSpace, X: torch.Tensor) -> torch.Tensor:
-    """`n x d` points moved to their design's canonical point (bin centres of discrete parameters)."""
-    return space.encode(space.decode(X)) if X.shape[0] else X
-
-
-def bin_centres(space: DesignSpace) -> dict[int, list[float]]:
-    """`{dim: allowed unit-cube values}` of every discrete parameter (the centres `Parameter.encode` gives)."""
-    out = {}
-    for i, p in enumerate(space.parameters):
-        if not math.isinf(p.cardinality):
-            k = int(p.cardinality)
-            out[i] = [(j + 0.5) / k for j in range(k)]
-    return out
-
-
-def cat_dims(space: DesignSpace) -> list[int]:
-    """Categorical parameters with more than two choices. A two-choice one (an on/off flag) stays an
-    ordinary dimension: its two bin centres are as expressive under a stationary kernel as a
-    categorical kernel, at a fraction of the hyperparameters."""
-    return [i for i, p in enumerate(space.parameters) if p.kind == "categorical" and p.cardinality > 2]
-
-
-def enumerate_space(space: DesignSpace) -> torch.Tensor:
-    """`N x d` every point of a fully discrete space (bin centres), known constraints NOT applied."""
-    centres = bin_centres(space)
-    axes = [torch.tensor(centres[i], dtype=DTYPE) for i in range(space.dim)]
-    return torch.cartesian_prod(*axes).reshape(-1, space.dim)
-
-
-def grid_ids(space: DesignSpace, u: torch.Tensor) -> torch.Tensor:
-    """`n` int64: the index of each point's design in the grid of a fully discrete space."""
-    ids = torch.zeros(u.shape[0], dtype=torch.int64)
-    for i, p in enumerate(space.parameters):
-        k = int(p.cardinality)
-        ids = ids * k + torch.clamp(torch.floor(u[:, i] * k), 0, k - 1).long()
-    return ids
-
-
-def space_key(space: DesignSpace) -> tuple:
-    """Key of a space (object) in a strategy's caches."""
-    return (space.name, tuple(space.names), id(space))
-
-
-def hyperparameters(model) -> dict[str, torch.nn.Parameter]:
-    """`{name: parameter}` of a GP's own hyperparameters (not those of a surrogate prior mean)."""
-    return {name: p for name, p in model.named_parameters() if ".surrogate." not in name}
-
-
-def marginals(gp, X: torch.Tensor, chunk: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(mean n, variance n)` of a fitted single-output exact GP at `X n x d`, on the outcome scale:
-    the textbook predictive equations with one Cholesky of the training covariance (the marginals
-    only, which BoTorch's posterior would compute through the full joint covariance)."""
-    from linear_operator.utils.cholesky import psd_safe_cholesky
-
-    Xt, yt = gp.train_inputs[0], gp.train_targets
-    K = gp.covar_module(Xt).to_dense() + torch.diag_embed(gp.likelihood.noise.expand(yt.shape))
-    L = psd_safe_cholesky(K)
-    alpha = torch.cholesky_solve((yt - gp.mean_module(Xt)).unsqueeze(-1), L)
-    means, variances = [], []
-    for part in X.split(chunk):
-        cross = gp.covar_module(part, Xt).to_dense()
-        means.append(gp.mean_module(part) + (cross @ alpha).squeeze(-1))
-        v = torch.linalg.solve_triangular(L, cross.transpose(-1, -2), upper=False)
-        prior_var = gp.covar_module(part.unsqueeze(-2), part.unsqueeze(-2)).to_dense()[..., 0, 0]  # n 1x1 blocks
-        variances.append(prior_var - (v**2).sum(0))
-    mean, var = torch.cat(means), torch.cat(variances).clamp_min(0.0)
-    transform = getattr(gp, "outcome_transform", None)
-    if transform is not None:
-        mean = mean * transform.stdvs[..., 0] + transform.means[..., 0]
-        var = var * transform.stdvs[..., 0] ** 2
-    return mean, var
-
-
-class HammingKernel(CategoricalKernel):
-    """BoTorch's `CategoricalKernel`, `exp(-mean_j [x1_j != x2_j] / l_j)`, computed one categorical
-    dimension at a time: the same values and gradients without the `n1 x n2 x k` float tensor and its
-    reduction over a short last dimension (several times faster on a few hundred training points and
-    thousands of candidates, where the mixed GP spent most of its time)."""
-
-    def forward(self, x1: torch.Tensor, x2: torch.Tensor, diag: bool = False, last_dim_is_batch: bool = False,
-                **params) -> torch.Tensor:
-        if last_dim_is_batch:
-            return super().forward(x1, x2, diag=diag, last_dim_is_batch=True)
-        weight = 1.0 / (self.lengthscale * x1.shape[-1])  # batch x 1 x k
-        dists = None
-        for j in range(x1.shape[-1]):
-            w = weight[..., 0, j].unsqueeze(-1)
-            if diag:
-                term = torch.where(x1[..., j] != x2[..., j], w, 0.0)
-            else:
-                term = torch.where(x1[..., :, j].unsqueeze(-1) != x2[..., :, j].unsqueeze(-2), w.unsqueeze(-1), 0.0)
-            dists = term if dists is None else dists + term
-        return torch.exp(-dists)
-
-
-def mixed_kernel(d: int, cats: list[int]) -> Kernel:
-    """The kernel of BoTorch's `MixedSingleTaskGP` on `d` inputs with categorical dimensions `cats`,
-    `scale * (rbf + scale * hamming) + scale * rbf * hamming` (RBF with the dimension-scaled
-    lengthscale prior on the other dimensions), with the faster `HammingKernel`."""
-    ords = [i for i in range(d) if i not in cats]
-
-    def hamming():
-        return HammingKernel(ard_num_dims=len(cats), active_dims=cats, lengthscale_constraint=GreaterThan(1e-06))
-
-    def rbf():
-        return get_covar_module_with_dim_scaled_prior(ard_num_dims=len(ords), active_dims=ords)
-
-    return ScaleKernel(rbf() + ScaleKernel(hamming())) + ScaleKernel(rbf() * hamming())
-
-
-def log_ei(z: torch.Tensor) -> torch.Tensor:
-    """log(z Phi(z) + phi(z)), stably for very negative z (expected improvement per unit std)."""
-    from botorch.acquisition.analytic import _log_ei_helper
-
-    return _log_ei_helper(z)
-
-
-
-
-class SurrogateMean(Mean):
-    """Prior mean `a * f(X) + b` of a GP, f the mean of column `target` of a fitted surrogate; a
-    and b are learned with the kernel (they absorb the outcome standardization)."""
-
-    def __init__(self, surrogate, target: int = 0):
-        super().__init__()
-        self.surrogate = surrogate
-        self.target = target
-        self.register_parameter("scale", torch.nn.Parameter(torch.ones(1, dtype=DTYPE)))
-        self.register_parameter("offset", torch.nn.Parameter(torch.zeros(1, dtype=DTYPE)))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1])
-        mean = self.surrogate.predict(flat, return_std=True)[0][:, self.target].to(x)
-        return self.offset + self.scale * mean.reshape(x.shape[:-1])
 
 
 class BayesianOptimization:

@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from analytical.design import DTYPE
+from analytical.codes import DTYPE
 from analytical.space import DesignSpace
 from deepflow.strategies.base import History, check_q, design_keys
 from deepflow.strategies.random_search import RandomSearch

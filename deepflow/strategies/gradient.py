@@ -5,7 +5,7 @@ One proposal is one projected gradient step, so the budget counts steps exactly 
 other strategy's evaluations (the gradient at an already verified point costs no new evaluation).
 
 - The penalized objective of a point u is `Y_0(u) + penalty * sum_j relu(C_j(u))` over the objective's
-  modelled constraints (memory margin, power margin; see `deepflow.objectives`), with more objectives
+  modelled constraints (memory margin, power margin; see `deepflow.run.objectives`), with more objectives
   summed (a scalarization: this is a single-objective baseline).
 - Parametrization: the unit cube of the space. A step moves the continuous coordinates by `lr` along
   the normalized negative gradient (max-norm) and projects back onto [0, 1]^d, so every budget or
@@ -29,11 +29,11 @@ from typing import Optional
 
 import torch
 
-from analytical.design import DTYPE
+from analytical.codes import DTYPE
 from analytical.space import DesignSpace
 from analytical.specs import SpecError
-from analytical.step import evaluate
-from deepflow.objectives import Objective
+from analytical.step.model import evaluate
+from deepflow.run.objectives import Objective
 from deepflow.strategies.base import History, check_q
 from deepflow.strategies.random_search import RandomSearch, SobolSearch, fresh
 

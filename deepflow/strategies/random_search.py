@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from analytical.design import DTYPE
+from analytical.codes import DTYPE
 from analytical.space import DesignSpace
 from deepflow.strategies.base import History, check_q, design_keys
 
 
 def run_seed(batch_seed: int, n_done: int) -> int:
-    """The run seed that `deepflow.loop.batch_seed(seed, n_done)` came from (its inverse)."""
+    """The run seed that `deepflow.run.loop.batch_seed(seed, n_done)` came from (its inverse)."""
     return (int(batch_seed) - int(n_done)) // 1_000_003
 
 

@@ -33,7 +33,7 @@ import time
 import torch
 
 from analytical import AcceleratorSpec, MappingSpec, ModelSpec, SystemSpec, evaluate, single_design
-from analytical.design import DTYPE
+from analytical.codes import DTYPE
 from analytical.search import SearchOptions, best_mappings
 
 # NVIDIA A100 SXM4 80GB datasheet (dense tensor-core peaks); 40 MiB L2, 7 TB/s L2 (estimate);

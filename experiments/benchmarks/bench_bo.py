@@ -46,15 +46,15 @@ import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 import torch
-
-from analytical.design import single_design
-from analytical.space import DesignSpace, Parameter
-from deepflow.loop import run
-from deepflow.objectives import make_objective
-from deepflow.presets import load_preset
-from deepflow.strategies import make_strategy
-from deepflow.strategies.bo import enumerate_space
 from pareto_space import pareto_space
+
+from analytical.build import single_design
+from analytical.space import DesignSpace, Parameter
+from deepflow.presets import load_preset
+from deepflow.run.loop import run
+from deepflow.run.objectives import make_objective
+from deepflow.strategies import make_strategy
+from deepflow.strategies.space_grid import enumerate_space
 
 MAPPING_PARAMS = (
     Parameter("tp", "log2", 1, 64), Parameter("pp", "log2", 1, 64), Parameter("cp", "log2", 1, 16),

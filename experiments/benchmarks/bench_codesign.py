@@ -6,8 +6,8 @@ the optimum is NOT known (continuous chip splits): who finds the better design a
         --budget 100 --seeds 8 --workers 16
 
 An experiment is a `conf/experiment/` name, composed exactly as `deepflow optimize experiment=<name>`
-composes it (`deepflow.optimize_job.compose_jobs`: space, objective, q, BO parameters), then run
-with `deepflow.loop.run` per (strategy, seed) without MLflow. Defaults:
+composes it (`deepflow.run.job.compose_jobs`: space, objective, q, BO parameters), then run
+with `deepflow.run.loop.run` per (strategy, seed) without MLflow. Defaults:
 
 - `llama3-70b-n5-codesign`: chip splits, architecture, scale-up domain and the mapping together
   (conf/space/chip-mapping.yaml, 17 parameters, 5 continuous), time at a 700 W power cap;
@@ -42,14 +42,14 @@ EXPERIMENTS = ("llama3-70b-n5-codesign", "llama3-70b-n5-hierarchical")
 
 
 def compose(experiment: str, budget: int):
-    from deepflow.optimize_job import compose_jobs
+    from deepflow.run.job import compose_jobs
 
     return compose_jobs([f"experiment={experiment}", f"budget={budget}"], multirun=False)[0]
 
 
 def codesign_job(task: dict) -> dict:
     """One (experiment, strategy, seed) run in a worker: best feasible objective after each evaluation."""
-    from deepflow.loop import run
+    from deepflow.run.loop import run
     from deepflow.strategies import make_strategy
 
     job = compose(task["experiment"], task["budget"])

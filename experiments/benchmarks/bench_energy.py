@@ -19,8 +19,8 @@ Rows the model cannot predict are listed with the reason (LoRA fine-tuning: froz
 no weight-gradient GEMMs or optimizer step for them; workloads outside the model: U-Nets and
 detection CNNs, BERT without a published batch).
 
-Calibration: `analytical.silicon.COMPUTE_ENERGY_OVERHEAD` is fitted to the A100 and H100 TDPs at
-their dense peak; `analytical.silicon.CLOCKED_SHARE` on ONE reading, `FIT_ROW` (MLPerf GPT-3 175B
+Calibration: `analytical.chip.silicon.COMPUTE_ENERGY_OVERHEAD` is fitted to the A100 and H100 TDPs at
+their dense peak; `analytical.chip.silicon.CLOCKED_SHARE` on ONE reading, `FIT_ROW` (MLPerf GPT-3 175B
 on 512 H100, whose mapping and precision are in the submission). Every other row is held out.
 `--fit` re-derives CLOCKED_SHARE from FIT_ROW (bisection on the share) and prints it.
 """
@@ -39,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from power_measurements import measurements  # noqa: E402
 
-from analytical import MappingSpec, evaluate, silicon, single_design  # noqa: E402
+from analytical import MappingSpec, evaluate, single_design  # noqa: E402
+from analytical.chip import silicon  # noqa: E402
 from analytical.search import best_mappings  # noqa: E402
 from deepflow.presets import load_preset  # noqa: E402
 

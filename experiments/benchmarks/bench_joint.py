@@ -1,5 +1,5 @@
 """Speed of the joint space end to end: unit-cube point -> technology -> derived chip -> step time and
-energy (analytical/space.py, analytical/chip.py, analytical/step.py), and its gradient.
+energy (analytical/space.py, analytical/chip/derive.py, analytical/step/model.py), and its gradient.
 
     python experiments/benchmarks/bench_joint.py [--batch 100000] [--grad-batch 1000] [--repeats 5] [--threads 1]
 

@@ -2,7 +2,7 @@
 
     python experiments/benchmarks/bench_preset_vs_derived.py
 
-Both paths price silicon with `analytical.silicon` (one operand-delivery overhead per FLOP, one SRAM and
+Both paths price silicon with `analytical.chip.silicon` (one operand-delivery overhead per FLOP, one SRAM and
 one leakage model); they differ by the supply the derivation solves (J/FLOP ~ V^2, leakage ~ V^3) and by
 the derived unit count, SRAM size and bandwidths. For each case the fastest feasible mapping of the preset
 (`analytical.search.best_mappings`) is evaluated three ways: the preset; the preset with the derived
@@ -19,7 +19,8 @@ import torch
 import yaml
 
 from analytical import evaluate, single_design
-from analytical.chip import chip_from_dict, derive_chip
+from analytical.chip.derive import derive_chip
+from analytical.chip.spec import chip_from_dict
 from analytical.search import best_mappings
 from deepflow.presets import load_preset
 

@@ -10,7 +10,7 @@ The same `--designs` designs (Sobol, seed 0, blocks of `--block-size` raw draws)
 (Ray's start-up and each worker's first import of torch and the model are timed apart, in
 `ray_*_init_s`); then `--large` designs on 2 workers, in a process of its own, with that driver's peak resident
 memory (`peak_rss_gib`, VmHWM; the workers hold one block each), and a run of `--kill-designs` designs in which one
-worker is killed mid-block (`deepflow.shards.KILL_ONCE_ENV`), checked for lost and duplicated
+worker is killed mid-block (`deepflow.scale.shards.KILL_ONCE_ENV`), checked for lost and duplicated
 design ids. Figures: speedup_2_workers = ray_1_worker_s / ray_2_workers_s; overhead_fraction =
 ray_1_worker_s / plain_s - 1; task_overhead_s = (ray_1_worker_s - plain_s) / tasks. Prints a
 table, then ONE JSON line. Targets (issue 11): speedup >= 1.8, overhead <= 0.05, peak_rss <= 2 GiB,
@@ -35,8 +35,8 @@ import ray
 import torch
 
 from deepflow.config import compose_config, space_from_config
-from deepflow.executor import ExecutorOptions, sample_in_memory, sample_to_shards
-from deepflow.shards import KILL_ONCE_ENV, BlockPlan, compute_block
+from deepflow.scale.executor import ExecutorOptions, sample_in_memory, sample_to_shards
+from deepflow.scale.shards import KILL_ONCE_ENV, BlockPlan, compute_block
 from surrogates.columns import space_json, write_samples
 
 

@@ -114,26 +114,26 @@ def input_dims(space) -> tuple[list[list[int]], list[list[int]]]:
 
 def make_model(kind: str, n: int, d: int, cat_dims: list[int], budget_s: float, space=None):
     if kind == "gp":
-        from surrogates.gp import ExactGP
+        from surrogates.models.gp import ExactGP
 
         # categorical columns as ordered bin centres (a SingleTaskGP): the MixedSingleTaskGP's
         # kernel over a dozen categoricals fits ~10x slower; --gp-mixed uses it
         return ExactGP(cat_dims=cat_dims, discrete_dims=input_dims(space)[0] if space is not None else [])
     if kind == "svgp":
-        from surrogates.svgp import SVGP
+        from surrogates.models.svgp import SVGP
 
         discrete, categorical = input_dims(space) if space is not None else ([], [])
         return SVGP(num_inducing=512, epochs=max(10, min(200, 3_000_000 // n)), batch_size=1024, lr=0.02,
                     max_seconds=budget_s, discrete_dims=discrete, one_hot_dims=categorical)
     if kind == "ensemble":
-        from surrogates.ensemble import MLPEnsemble, log_features_of
+        from surrogates.models.ensemble import MLPEnsemble, log_features_of
 
         # discrete coordinates snapped to their bin centres and categoricals one-hot: on the joint
         # space this cut the step-time MAPE from 0.31 to 0.09 at 20k rows (surrogates/inputs.py);
-        # log budgets and implied split fractions as extra inputs (surrogates/ensemble.py)
+        # log budgets and implied split fractions as extra inputs (surrogates/models/ensemble.py)
         discrete, categorical = input_dims(space) if space is not None else ([], [])
         log_features = log_features_of(space.parameters) if space is not None else []
-        # the class defaults (3 members, Laplace NLL, lr 5e-3: surrogates/ensemble.py); 500 epochs at
+        # the class defaults (3 members, Laplace NLL, lr 5e-3: surrogates/models/ensemble.py); 500 epochs at
         # 1e5 rows, so that the time budget, not the epoch cap, ends the fit (300 epochs ended one at
         # 420 s of a 480 s budget)
         return MLPEnsemble(batch_size=512 if n >= 50_000 else 256, max_epochs=500 if n >= 50_000 else 300,
@@ -210,7 +210,7 @@ def main() -> None:
     results: dict = {}
     for kind in args.models:
         if kind == "classifier":
-            from surrogates.classifier import FeasibilityClassifier
+            from surrogates.models.classifier import FeasibilityClassifier
 
             for n in args.sizes:
                 X, y = data["X_clf"][:n], data["y_clf"][:n]

@@ -35,10 +35,11 @@ import time
 
 import torch
 
-from analytical.design import DesignBatch, single_design
+from analytical.build import single_design
+from analytical.design import DesignBatch
 from analytical.space import DesignSpace, Parameter
-from deepflow.objectives import make_objective
 from deepflow.presets import load_preset
+from deepflow.run.objectives import make_objective
 
 CHIP_TEMPLATE = "n5-hbm3e-700w"  # conf/chip: N5, HBM3e, NVLink4, IB-NDR, 800 mm2; its other inputs stay
 PARETO_PARAMS = (

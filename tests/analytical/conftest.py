@@ -13,9 +13,8 @@ import dataclasses
 import pytest
 import torch
 
-from analytical import (AcceleratorSpec, DesignBatch, ModelSpec, StepResult, SystemSpec, evaluate,
-                        single_design)
-from analytical.design import DTYPE, GIB, MIB
+from analytical import AcceleratorSpec, DesignBatch, ModelSpec, StepResult, SystemSpec, evaluate, single_design
+from analytical.codes import DTYPE, GIB, MIB
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -279,7 +278,7 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
         overlap_dp_comm=ints(0, 1),
         overlap_tp_comm=ints(0, 1),
     )
-    # energy fields (analytical/energy.py), drawn after the others so that those keep their values
+    # energy fields (analytical/step/energy.py), drawn after the others so that those keep their values
     pj = 1e-12
     fields.update(
         flop_energy_fp32_j=uniform(0.5, 5.0) * pj,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from analytical import DesignBatch, MappingSpec, SpecError, single_design, stack_designs
-from analytical.design import DTYPE, KIND_CODES, PRECISION_CODES, RECOMPUTE_CODES, TOPOLOGY_CODES
+from analytical.codes import DTYPE, KIND_CODES, PRECISION_CODES, RECOMPUTE_CODES, TOPOLOGY_CODES
 
 
 def test_units(a100, system, gpt3, design):

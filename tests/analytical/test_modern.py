@@ -9,15 +9,15 @@ import pytest
 import torch
 
 from analytical import Efficiency, MappingSpec, ModelSpec, Reason, SpecError, evaluate
-from analytical.memory import memory_breakdown, params_per_device
 from analytical.power_cap import capped_operating_point
-from analytical.step import gemm_peak_fraction
-from analytical.workload import gemm_bytes_per_element, layer_gemms, layer_params, mlp_width
+from analytical.step.memory import memory_breakdown, params_per_device
+from analytical.step.model import gemm_peak_fraction
+from analytical.step.workload import gemm_bytes_per_element, layer_gemms, layer_params, mlp_width
 
 
 def test_narrow_formats_run_at_their_format_peak(h100, system, design, llama7b):
     b200_like = dataclasses.replace(h100, name="fp4-chip", peak_tflops_fp4=2.0 * h100.peak_tflops_fp8)
-    from analytical.feasibility import peak_for_precision
+    from analytical.step.feasibility import peak_for_precision
 
     for precision, want in (("bf16", 989.4), ("fp8", 1978.9), ("mxfp8", 1978.9), ("nvfp4", 3957.8)):
         d = design(b200_like, system, llama7b, MappingSpec(precision=precision))
@@ -151,7 +151,7 @@ def test_fp8_memory_holds_a_cast_weight_copy(h100, system, design, llama7b):
 
 
 def test_offloaded_layers_leave_device_memory(h100, system, design, llama7b):
-    from analytical.memory import memory_breakdown as parts
+    from analytical.step.memory import memory_breakdown as parts
 
     kept = parts(design(h100, system, llama7b, MappingSpec(global_batch_size=8)))
     off = parts(design(h100, system, llama7b, MappingSpec(global_batch_size=8, offload_layers=8)))
@@ -183,7 +183,7 @@ def test_fsdp_combines_with_pipeline_parallelism(h100, make_system, run, llama7b
 
 
 def test_full_recompute_holds_one_rebuilt_layer(h100, system, design, llama7b):
-    from analytical.workload import activation_bytes_per_layer, recompute_transient_bytes
+    from analytical.step.workload import activation_bytes_per_layer, recompute_transient_bytes
 
     none = design(h100, system, llama7b, MappingSpec(global_batch_size=8, recompute="none"))
     full = design(h100, system, llama7b, MappingSpec(global_batch_size=8, recompute="full"))

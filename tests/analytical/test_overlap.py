@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 import torch
 
-import analytical.step as step
+import analytical.step.model as step
 from analytical import DEFAULT_EFFICIENCY, MappingSpec, evaluate
-from analytical.workload import layer_params, memoizing
+from analytical.step.workload import layer_params, memoizing
 
 
 def _dp(result) -> float:

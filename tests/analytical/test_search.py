@@ -7,14 +7,9 @@ import math
 import pytest
 import torch
 
-from analytical.design import RECOMPUTE_CODES
-
-from analytical import (AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec, evaluate,
-                        single_design)
-from analytical.design import DTYPE
-from analytical.feasibility import Reason
-from analytical.search import (MAPPING_FIELDS, SearchOptions, best_mappings, enumerate_mappings,
-                               mapping_from_batch)
+from analytical import AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec, evaluate, single_design
+from analytical.codes import DTYPE, RECOMPUTE_CODES, Reason
+from analytical.search import MAPPING_FIELDS, SearchOptions, best_mappings, enumerate_mappings, mapping_from_batch
 
 # the rules a mapping can break (everything but memory, precision support and the system's links)
 MAPPING_RULES = {Reason.DEGREES_NOT_DEVICES, Reason.TP_NOT_DIVIDING_HEADS, Reason.PP_NOT_DIVIDING_LAYERS,

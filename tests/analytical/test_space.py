@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from analytical import MappingSpec, single_design
-from analytical.design import RECOMPUTE_CODES
+from analytical.codes import RECOMPUTE_CODES
 from analytical.space import DesignSpace, Parameter, parameters_from_dicts
 from analytical.specs import SpecError
 
@@ -140,8 +140,8 @@ def test_bad_sampler_and_duplicate_parameters_are_errors(template):
 
 # ---- the joint space: chip inputs derived into the accelerator --------------------------------------
 
-from analytical.chip_spec import ChipSpec  # noqa: E402
-from analytical.feasibility import Reason  # noqa: E402
+from analytical.chip.spec import ChipSpec  # noqa: E402
+from analytical.codes import Reason  # noqa: E402
 
 JOINT_CHIP = ChipSpec(name="n5-test", node="N5", memory="HBM3e", die_area_mm2=800.0, power_budget_w=700.0)
 JOINT_PARAMS = (
@@ -174,7 +174,7 @@ def test_joint_round_trip_includes_technology_names(joint):
             torch.testing.assert_close(again[p.name], values[p.name], rtol=1e-12, atol=0)
         else:
             assert torch.equal(again[p.name], values[p.name]), p.name
-    from analytical.chip_spec import NODE_CODES
+    from analytical.chip.spec import NODE_CODES
     assert set(values["node"].tolist()) == {float(NODE_CODES[n]) for n in ("N7", "N5", "N3", "N2")}
 
 

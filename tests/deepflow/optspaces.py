@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analytical.design import single_design
+from analytical.build import single_design
 from analytical.search import torch_threads
 from analytical.space import DesignSpace, Parameter
 from deepflow.presets import load_preset

@@ -5,12 +5,11 @@ import torch
 from botorch.test_functions import Branin
 
 from analytical.specs import SpecError
-from deepflow.loop import run
-from deepflow.objectives import make_objective
+from deepflow.run.loop import run
+from deepflow.run.objectives import make_objective
 from deepflow.strategies import STRATEGIES, make_strategy
 from deepflow.strategies.base import History, design_keys
-from tests.deepflow.optspaces import (continuous_space, one_thread, small_mapping_space,  # noqa: F401 (fixture)
-                                      unit_square_space)
+from tests.deepflow.optspaces import continuous_space, one_thread, small_mapping_space, unit_square_space  # noqa: F401 (fixture)
 
 BRANIN = Branin()
 BRANIN_OPT = 0.397887
@@ -101,8 +100,8 @@ def test_registry_builds_every_strategy():
 def test_hierarchical_best_mapping_matches_the_core_search():
     from analytical.search import best_mappings
     from analytical.space import DesignSpace, Parameter
-    from deepflow.hierarchical import BestMappingSpace
     from deepflow.presets import load_preset
+    from deepflow.run.hierarchical import BestMappingSpace
     from tests.deepflow.optspaces import template
 
     space = DesignSpace("test-hw", (Parameter("hbm_bw_bytes_per_s", "continuous", 1e12, 8e12, log=True),
@@ -144,7 +143,7 @@ def test_hamming_kernel_and_mixed_kernel_match_botorch():
     from botorch.models import MixedSingleTaskGP, SingleTaskGP
     from botorch.models.kernels.categorical import CategoricalKernel
 
-    from deepflow.strategies.bo import HammingKernel, mixed_kernel
+    from deepflow.strategies.gp_parts import HammingKernel, mixed_kernel
 
     torch.manual_seed(0)
     a, b = CategoricalKernel(ard_num_dims=3).double(), HammingKernel(ard_num_dims=3).double()

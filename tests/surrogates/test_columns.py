@@ -11,10 +11,21 @@ import pytest
 import torch
 
 from analytical.specs import SpecError
-from analytical.step import TIME_PARTS
+from analytical.step.model import TIME_PARTS
 from deepflow.config import compose_config, space_from_config
-from surrogates.columns import (CHIP_PREFIX, ENCODING_PREFIX, DesignColumns, ExtrapolationWarning, read_samples, samples_frame,
-                                space_from_dict, space_json, space_to_dict, template_design, write_samples)
+from surrogates.columns import (
+    CHIP_PREFIX,
+    ENCODING_PREFIX,
+    DesignColumns,
+    ExtrapolationWarning,
+    read_samples,
+    samples_frame,
+    space_from_dict,
+    space_json,
+    space_to_dict,
+    template_design,
+    write_samples,
+)
 
 
 def shipped_space(name: str):

@@ -1,0 +1,114 @@
+"""Specs (human units, `analytical.specs`) -> a `DesignBatch` (SI tensors): `single_design`,
+`stack_designs`, with each accelerator's energies (`analytical.step.energy`) and power limit
+(`analytical.power_cap`)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from analytical.codes import (DTYPE, FFN_CODES, GB, GIB, KIND_CODES, MIB, PRECISION_CODES, RECOMPUTE_CODES, TFLOPS,
+                              TOPOLOGY_CODES, US)
+from analytical.design import DesignBatch
+from analytical.power_cap import apply_power_limit
+from analytical.specs import AcceleratorSpec, MappingSpec, ModelSpec, SystemSpec
+from analytical.step.energy import accelerator_energy_fields
+
+
+def _accelerator_fields(accelerator: AcceleratorSpec, nic_gbit: float) -> dict[str, float]:
+    fields = {
+        "peak_fp32_flops_per_s": accelerator.peak_tflops_fp32 * TFLOPS,
+        "peak_tf32_flops_per_s": accelerator.peak_tflops_tf32 * TFLOPS,
+        "peak_fp16_flops_per_s": accelerator.peak_tflops_fp16 * TFLOPS,
+        "peak_bf16_flops_per_s": accelerator.peak_tflops_bf16 * TFLOPS,
+        "peak_fp8_flops_per_s": accelerator.peak_tflops_fp8 * TFLOPS,
+        "peak_fp4_flops_per_s": accelerator.peak_tflops_fp4 * TFLOPS,
+        "compute_units": accelerator.compute_units,
+        "sram_bytes": accelerator.sram_mib * MIB,
+        "sram_bw_bytes_per_s": accelerator.sram_bw_tb_per_s * 1e12,
+        "hbm_bytes": accelerator.hbm_gib * GIB,
+        "hbm_bw_bytes_per_s": accelerator.hbm_bw_gb_per_s * GB,
+        "scale_up_bw_bytes_per_s": accelerator.scale_up_bw_gb_per_s * GB,
+        "scale_out_bw_bytes_per_s": nic_gbit * GB / 8.0,
+        "kernel_launch_s": accelerator.kernel_launch_us * US,
+        "tile_m": accelerator.tile_m,
+        "tile_n": accelerator.tile_n,
+        "tdp_w": accelerator.tdp_w,
+        **accelerator_energy_fields(accelerator),
+    }
+    return apply_power_limit(fields, accelerator)
+
+
+def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
+         mapping: MappingSpec) -> dict[str, float]:
+    nic_gbit = (system.scale_out_gbit_per_device if system.scale_out_gbit_per_device is not None
+                else accelerator.scale_out_gbit_per_s)
+    dp = mapping.dp if mapping.dp is not None else max(
+        1, system.num_devices // (mapping.tp * mapping.pp * mapping.cp))
+    return {
+        **_accelerator_fields(accelerator, nic_gbit),
+        "num_devices": system.num_devices,
+        "devices_per_node": system.devices_per_node,
+        "scale_up_domain": system.scale_up_domain,
+        "topology": TOPOLOGY_CODES[system.topology],
+        "scale_up_latency_s": system.scale_up_latency_us * US,
+        "scale_out_latency_s": system.scale_out_latency_us * US,
+        "oversubscription": system.oversubscription,
+        "kind": KIND_CODES[model.kind],
+        "num_layers": model.num_layers,
+        "hidden_size": model.hidden_size,
+        "num_heads": model.num_heads,
+        "num_kv_heads": model.kv_heads,
+        "ffn_hidden_size": model.ffn_size,
+        "ffn_type": FFN_CODES[model.ffn_type],
+        "vocab_size": model.vocab_size,
+        "seq_length": model.seq_length,
+        "num_experts": model.num_experts,
+        "top_k": model.top_k,
+        "moe_ffn_hidden_size": model.expert_ffn_size,
+        "num_shared_experts": model.num_shared_experts,
+        "gemm_m": model.gemm_m,
+        "gemm_n": model.gemm_n,
+        "gemm_k": model.gemm_k,
+        "tp": mapping.tp,
+        "pp": mapping.pp,
+        "dp": dp,
+        "cp": mapping.cp,
+        "ep": mapping.ep,
+        "vp": mapping.vp,
+        "sequence_parallel": float(mapping.sequence_parallel),
+        "micro_batch_size": mapping.micro_batch_size,
+        "global_batch_size": mapping.global_batch_size,
+        "recompute": RECOMPUTE_CODES[mapping.recompute],
+        "zero_stage": mapping.zero_stage,
+        "fsdp": float(mapping.fsdp),
+        "distributed_optimizer": float(mapping.distributed_optimizer),
+        "precision": PRECISION_CODES[mapping.precision],
+        "flash_attention": float(mapping.flash_attention),
+        "overlap_dp_comm": float(mapping.overlap_dp_comm),
+        "overlap_tp_comm": float(mapping.overlap_tp_comm),
+        "overlap_pp_comm": float(mapping.overlap_pp_comm),
+        "offload_layers": mapping.offload_layers,
+    }
+
+
+def stack_designs(accelerators: Sequence[AcceleratorSpec], systems: Sequence[SystemSpec],
+                  models: Sequence[ModelSpec], mappings: Sequence[MappingSpec]) -> DesignBatch:
+    """Validate equally long lists of specs and stack them into a `DesignBatch` of that length."""
+    n = len(mappings)
+    if not (len(accelerators) == len(systems) == len(models) == n) or n == 0:
+        raise ValueError("stack_designs needs non-empty lists of equal length")
+    rows = []
+    for acc, sys_, mod, mp in zip(accelerators, systems, models, mappings):
+        acc.validate(), sys_.validate(), mod.validate(), mp.validate()
+        rows.append(_row(acc, sys_, mod, mp))
+    names = list(rows[0])
+    table = torch.tensor([[r[k] for k in names] for r in rows], dtype=DTYPE)
+    return DesignBatch(**{k: table[:, i].contiguous() for i, k in enumerate(names)})
+
+
+def single_design(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
+                  mapping: MappingSpec) -> DesignBatch:
+    """A batch of one design."""
+    return stack_designs([accelerator], [system], [model], [mapping])

@@ -1,0 +1,367 @@
+"""Energy of one training step: dynamic compute, SRAM and HBM traffic, network traffic and static power.
+
+    energy_j = compute + sram + hbm + scale_up + scale_out + static        (one step, all devices)
+
+- compute: FLOPs actually executed (GEMMs of the forward, backward and recomputed passes, fused attention,
+  logits; per device times devices, so redundant work such as a tp-replicated router counts) x J per FLOP
+  at the step's precision.
+- sram / hbm: bytes moved, from the same kernel model as the time (`kernels.gemm_hbm_bytes`,
+  `kernels.gemm_sram_bytes`, memory-bound kernels, fused attention, logits and loss, the optimizer)
+  x J per byte. Everything read from HBM also streams through the last-level SRAM once.
+- scale_up / scale_out: bytes each collective of the tp / cp / ep / pp / dp groups puts on each fabric
+  level, with the placement of `analytical.step.collectives` (a group inside one scale-up domain rides its
+  links only; a hierarchical collective splits its bytes between both levels), x J per byte per link
+  traversal x traversals per byte on that level (`link_traversals`).
+- static: leakage and background power x step time x devices.
+
+Outputs per design: `energy_j`, `energy_per_token_j`, `avg_power_w` (per device) and the breakdown.
+`accelerator_energy_fields` turns an `AcceleratorSpec`'s technology names into the per-unit energies of
+`DesignBatch` at the node's nominal voltage (a preset runs at nominal V), with the silicon model of
+`analytical.chip.silicon` that derived chips use too (static power: leakage of the compute units, not a
+share of the budget).
+
+Known omissions: HBM traffic of collectives (the sent and received buffers), switch-ASIC energy, non-GEMM
+FLOPs (softmax, norms: their bytes are counted), host CPUs, NICs' logic, fans and power conversion (the
+model predicts board power, not node or facility power), and the clock throttling a device under its
+power cap would do (a design over its budget is flagged, not slowed).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from analytical.chip import silicon
+from analytical.chip.tech_types import LogicNode
+from analytical.chip.technology import link_tech, logic_node, memory_tech
+from analytical.codes import RECOMPUTE_CODES, TOPOLOGY_CODES, Reason
+from analytical.design import DesignBatch, per_precision
+from analytical.specs import PEAK_FORMATS, AcceleratorSpec
+from analytical.step import collectives as coll
+from analytical.step.kernels import gemm_flops, gemm_hbm_bytes, gemm_sram_bytes
+from analytical.step.memory import grad_bytes_per_param
+from analytical.step.workload import (
+    GEMM_SLOTS,
+    Gemms,
+    activation_bytes_per_element,
+    attention_core_flops,
+    gemm_bytes_per_element,
+    is_kind,
+    local_tokens,
+    logit_gemm_flops,
+    memory_bound_bytes_per_layer,
+)
+
+ENERGY_PARTS = ("compute", "sram", "hbm", "scale_up", "scale_out", "static")
+CORE_SLOTS = [GEMM_SLOTS.index(n) for n in ("attention_scores", "attention_values")]
+ADAM_BYTES_PER_PARAM = 34.0  # as analytical.step.model: fp32 param, grad, m, v read; param, m, v, 16-bit copy written
+
+# Per-unit energies of the silicon (J per FLOP, J per SRAM byte, static power) come from
+# `analytical.chip.silicon`, the one model that derived chips (`analytical.chip.derive`) use too; a preset runs at
+# its node's nominal supply. The operand-delivery overhead per FLOP is fitted there on A100 and H100.
+
+# Link traversals (TX end to RX end) per byte on each level. Scale-up: GPU -> NVSwitch -> GPU (DGX/HGX,
+# NVL72), 1 on a torus's direct links. Scale-out: NIC -> leaf -> NIC inside one leaf switch's nodes, 4
+# through a spine; 1 on a torus. ESTIMATE: a leaf serves one DGX H100 SuperPOD scalable unit of 32 nodes
+# per rail (NVIDIA DGX SuperPOD reference architecture; 20 nodes for DGX A100).
+SCALE_UP_SWITCH_TRAVERSALS = 2.0
+SCALE_OUT_LEAF_TRAVERSALS = 2.0
+SCALE_OUT_SPINE_TRAVERSALS = 4.0
+NODES_PER_LEAF = 32.0
+
+
+# ---- per-unit energies of an accelerator (scalars, at nominal voltage) ---------------------------------
+
+def flop_energy_j(node: LogicNode, precision: str) -> float:
+    """J per FLOP at `precision` on `node` at nominal V (`analytical.chip.silicon.flop_energy_j`)."""
+    return silicon.flop_energy_j(node.mac_energy_j(precision))
+
+
+def sram_energy_j_per_byte(node: LogicNode, sram_bytes: float) -> float:
+    """J per byte read from a last-level SRAM of `sram_bytes` at nominal V (`analytical.chip.silicon`)."""
+    return silicon.sram_energy_j_per_byte(node.sram_read_energy_j_per_bit, sram_bytes)
+
+
+def units_dynamic_power_w(node: LogicNode, accelerator: AcceleratorSpec) -> float:
+    """Dynamic power of the compute units running flat out at nominal V: the highest over precisions
+    of peak FLOP/s x J per FLOP (on GPUs every tensor precision gives the same, e.g. A100 312 TFLOP/s
+    fp16 or 156 tf32 at twice the energy; fp32 on the CUDA cores draws less)."""
+    peaks = {p: getattr(accelerator, f"peak_tflops_{p}") * 1e12 for p in PEAK_FORMATS}
+    return max(peak * flop_energy_j(node, p) for p, peak in peaks.items())
+
+
+def static_power_w(node: LogicNode, accelerator: AcceleratorSpec) -> float:
+    """Leakage at nominal V and ~85 C (`analytical.chip.silicon.leakage_power_w`): the node's static share
+    of the compute units' power at peak. It follows the silicon (the peak rate), not the budget."""
+    return silicon.leakage_power_w(units_dynamic_power_w(node, accelerator), node.leakage_fraction)
+
+
+# A datasheet chip reaches its dense peak within its TDP. Where a node table prices its compute
+# partition (units, last-level SRAM traffic of its tiles, leakage) at peak above this share of the TDP,
+# the chip's architecture must do better than the table knows (Blackwell on the N4 row: 2.3x H100's
+# 16-bit peak on the same node class within 1.4x its TDP), so its J/FLOP, SRAM J/byte and leakage are
+# scaled down to fit. The share is the compute split the energy model was fitted with (0.805 of the
+# TDP, analytical.chip.silicon) times its largest calibration residual (H100 +12.0 %): A100 and H100 stay
+# as fitted.
+PRESET_COMPUTE_SHARE_MAX = 0.805 * 1.12
+
+
+def compute_partition_scale(node: LogicNode, accelerator: AcceleratorSpec) -> float:
+    """Factor (<= 1) on a preset's compute-partition energies so that it fits its TDP at peak."""
+    if accelerator.tdp_w <= 0:
+        return 1.0
+    dynamic = units_dynamic_power_w(node, accelerator)
+    leakage = (accelerator.static_power_w if accelerator.static_power_w is not None
+               else static_power_w(node, accelerator))
+    peak16 = max(accelerator.peak_tflops_fp16, accelerator.peak_tflops_bf16) * 1e12
+    sram = peak16 * silicon.sram_bytes_per_flop(accelerator.tile_m, accelerator.tile_n) * sram_energy_j_per_byte(
+        node, accelerator.sram_mib * 2.0**20)
+    return min(1.0, PRESET_COMPUTE_SHARE_MAX * accelerator.tdp_w / (dynamic + leakage + sram))
+
+
+def accelerator_energy_fields(accelerator: AcceleratorSpec) -> dict[str, float]:
+    """The energy fields of `DesignBatch` for one (validated) accelerator spec."""
+    node = logic_node(accelerator.logic_node)
+    memory = memory_tech(accelerator.memory_technology)
+    scale = compute_partition_scale(node, accelerator)
+    static = scale * (accelerator.static_power_w if accelerator.static_power_w is not None
+                      else static_power_w(node, accelerator))
+    fields = {f"flop_energy_{p}_j": scale * flop_energy_j(node, p) for p in PEAK_FORMATS}
+    fields.update(
+        sram_energy_j_per_byte=scale * sram_energy_j_per_byte(node, accelerator.sram_mib * 2.0**20),
+        hbm_energy_j_per_byte=8.0 * memory.energy_j_per_bit,
+        scale_up_energy_j_per_byte=8.0 * link_tech(accelerator.scale_up_link).energy_j_per_bit,
+        scale_out_energy_j_per_byte=8.0 * link_tech(accelerator.scale_out_link).energy_j_per_bit,
+        static_power_w=static,
+    )
+    return fields
+
+
+# ---- batch functions: one per term -------------------------------------------------------------------
+
+def flop_energy_for_precision(d: DesignBatch) -> torch.Tensor:
+    """`(batch,)` J per FLOP at each design's training precision."""
+    return per_precision(d, "flop_energy_", "_j")
+
+
+def compute_energy_j(flops: torch.Tensor, flop_energy_j_: torch.Tensor, units_power_w: torch.Tensor,
+                     busy_s: torch.Tensor, num_devices: torch.Tensor) -> torch.Tensor:
+    """Compute units: the per-FLOP share of their energy for the FLOPs executed, plus the clocked
+    share (`silicon.CLOCKED_SHARE`) of their power at peak for the time their kernels run."""
+    share = silicon.CLOCKED_SHARE
+    return (1.0 - share) * flops * flop_energy_j_ + share * units_power_w * busy_s * num_devices
+
+
+def units_power_at_peak_w(d: DesignBatch) -> torch.Tensor:
+    """`(batch,)` dynamic power of the compute units running flat out: the highest over number formats
+    of peak FLOP/s x J per FLOP (`units_dynamic_power_w` of a batch)."""
+    return torch.stack([getattr(d, f"peak_{f}_flops_per_s") * getattr(d, f"flop_energy_{f}_j")
+                        for f in PEAK_FORMATS], dim=-1).amax(-1)
+
+
+def sram_energy_j(sram_bytes: torch.Tensor, energy_j_per_byte: torch.Tensor) -> torch.Tensor:
+    return sram_bytes * energy_j_per_byte
+
+
+def hbm_energy_j(hbm_bytes: torch.Tensor, energy_j_per_byte: torch.Tensor) -> torch.Tensor:
+    return hbm_bytes * energy_j_per_byte
+
+
+def network_energy_j(link_bytes: torch.Tensor, traversals: torch.Tensor,
+                     energy_j_per_byte: torch.Tensor) -> torch.Tensor:
+    """Bytes put on one fabric level x link traversals per byte x J per byte per traversal."""
+    return link_bytes * traversals * energy_j_per_byte
+
+
+def static_energy_j(static_power_w_: torch.Tensor, step_time_s: torch.Tensor,
+                    num_devices: torch.Tensor) -> torch.Tensor:
+    return static_power_w_ * step_time_s * num_devices
+
+
+def link_traversals(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(scale_up, scale_out)` link traversals per byte (see the constants above)."""
+    torus = d.topology == TOPOLOGY_CODES["torus"]
+    one = torch.ones_like(d.tp)
+    up = torch.where(torus, one, one * SCALE_UP_SWITCH_TRAVERSALS)
+    nodes = d.num_devices / d.devices_per_node
+    switched = torch.where(nodes <= NODES_PER_LEAF, one * SCALE_OUT_LEAF_TRAVERSALS, one * SCALE_OUT_SPINE_TRAVERSALS)
+    return up, torch.where(torus, one, switched)
+
+
+# ---- work of one step ----------------------------------------------------------------------------------
+
+def _slots(g: Gemms, live: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """`(batch, slots)` per-slot `value` x serial repetitions, 0 in the empty slots."""
+    return torch.where(live, value * g.serial, torch.zeros_like(value))
+
+
+def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, torch.Tensor]:
+    """FLOPs executed and SRAM / HBM bytes moved by one step on all devices, each `(batch,)`.
+
+    Per layer and micro-batch on one device: forward, backward (input and weight gradients) and
+    recompute (full: the whole forward; selective: the unfused attention core), as in `analytical.step.model`;
+    times layers per stage, micro-batches and devices. The last stage's devices add the logit GEMMs and
+    the loss; every device adds its Adam step over its (possibly sharded) parameters.
+    """
+    elem_g = gemm_bytes_per_element(d)
+    elem = activation_bytes_per_element(d)
+    g = gemms
+    eg = elem_g.unsqueeze(-1)
+    live = g.m * g.n * g.k * g.count > 0
+    # the input- and weight-gradient GEMMs ((m x n)@(n x k), (k x m)@(m x n)) have the forward's FLOPs,
+    # compulsory bytes and tile traffic (each symmetric in m, n, k), so backward = 2 x forward per slot
+    per_slot = {"flops": _slots(g, live, gemm_flops(g.m, g.n, g.k, g.count)),
+                "hbm_bytes": _slots(g, live, gemm_hbm_bytes(g.m, g.n, g.k, g.count, eg)),
+                "sram_bytes": _slots(g, live, gemm_sram_bytes(g.m, g.n, g.k, g.count, d.tile_m.unsqueeze(-1),
+                                                              d.tile_n.unsqueeze(-1), eg))}
+
+    full = (d.recompute == RECOMPUTE_CODES["full"]).to(d.tp.dtype)
+    selective = (d.recompute == RECOMPUTE_CODES["selective"]).to(d.tp.dtype)
+    transformer = is_kind(d, "transformer")
+    flash = d.flash_attention * transformer
+    flash_flops = attention_core_flops(d) * flash
+    qkvo_bytes = 4.0 * local_tokens(d) * d.hidden_size / d.tp * elem * flash
+    mb_bytes, _ = memory_bound_bytes_per_layer(d)
+    scores = d.micro_batch_size * d.num_heads / d.tp * (d.seq_length / d.cp) * d.seq_length
+    core_mem_bytes = 4.5 * scores * elem * (1.0 - d.flash_attention) * transformer
+
+    work = {}
+    for name, fwd_extra, bwd_extra, core_extra in (
+            ("flops", flash_flops, 2.5 * flash_flops, 0.0),  # FA2 backward: 5 of the 2 forward matmuls
+            ("hbm_bytes", mb_bytes + qkvo_bytes, 2.0 * (mb_bytes + qkvo_bytes), core_mem_bytes),
+            ("sram_bytes", mb_bytes + qkvo_bytes, 2.0 * (mb_bytes + qkvo_bytes), core_mem_bytes)):
+        gemm_fwd = per_slot[name].sum(-1)
+        forward = gemm_fwd + fwd_extra
+        backward = 2.0 * gemm_fwd + bwd_extra
+        recompute = full * forward + selective * (per_slot[name][..., CORE_SLOTS].sum(-1) + core_extra)
+        work[name] = forward + backward + recompute
+
+    # the last stage: logit GEMMs (forward, input and weight gradients) and the fp32 loss, forward and backward
+    not_gemm = 1.0 - is_kind(d, "gemm")
+    tokens = local_tokens(d)
+    vocab_local = d.vocab_size / d.tp
+    logit_flops = 3.0 * logit_gemm_flops(d)
+    logit_gemm_bytes = 3.0 * elem_g * (tokens * d.hidden_size + d.hidden_size * vocab_local
+                                       + tokens * vocab_local) * not_gemm
+    loss_bytes = 2.0 * tokens * vocab_local * (elem + 8.0) * not_gemm
+    logit_sram = 3.0 * elem_g * tokens * vocab_local * d.hidden_size * (1.0 / d.tile_n + 1.0 / d.tile_m) * not_gemm
+    logits = {"flops": logit_flops, "hbm_bytes": logit_gemm_bytes + loss_bytes,
+              "sram_bytes": logit_sram + loss_bytes}
+
+    micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
+    stage_devices = d.tp * d.cp * d.dp
+    sharded = ((d.zero_stage >= 1) | (d.distributed_optimizer > 0)).to(d.tp.dtype)
+    optimizer_bytes = params / (sharded * d.dp + (1.0 - sharded)) * ADAM_BYTES_PER_PARAM
+    optimizer = {"flops": torch.zeros_like(params), "hbm_bytes": optimizer_bytes, "sram_bytes": optimizer_bytes}
+    return {name: micro_batches * stage_devices * (d.num_layers * work[name] + logits[name])
+            + stage_devices * d.pp * optimizer[name] for name in work}
+
+
+# ---- network bytes per level -------------------------------------------------------------------------
+
+def _fraction(n: torch.Tensor) -> torch.Tensor:
+    """(n - 1) / n: the share of a buffer a ring member sends, 0 for a group of one."""
+    return (n - 1.0) / n
+
+
+def all_reduce_link_bytes(bytes_, size, stride, domain) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(scale_up, scale_out)` bytes one rank sends in a placed (hierarchical) all-reduce of `bytes_`:
+    reduce-scatter and all-gather inside the domain, all-reduce of bytes/n_local across domains."""
+    n_local, n_domains = coll.placement(size, stride, domain)
+    return 2.0 * _fraction(n_local) * bytes_, 2.0 * _fraction(n_domains) * bytes_ / n_local
+
+
+def all_gather_link_bytes(bytes_, size, stride, domain) -> tuple[torch.Tensor, torch.Tensor]:
+    """As `all_reduce_link_bytes` for an all-gather (or reduce-scatter) of `bytes_` gathered bytes."""
+    n_local, n_domains = coll.placement(size, stride, domain)
+    return _fraction(n_local) * bytes_, _fraction(n_domains) * bytes_ / n_local
+
+
+def all_to_all_link_bytes(bytes_, size, stride, domain) -> tuple[torch.Tensor, torch.Tensor]:
+    """An all-to-all: the share of the buffer for peers outside the domain leaves through the NIC."""
+    n_local, _ = coll.placement(size, stride, domain)
+    return (n_local - 1.0) / size * bytes_, (size - n_local) / size * bytes_
+
+
+def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(scale_up, scale_out)` bytes sent by all devices in one step (`(batch,)` each): the collectives
+    of `analytical.step.model` (tp, cp, ep per layer and micro-batch, pipeline point-to-point, data parallel)."""
+    elem = activation_bytes_per_element(d)
+    tokens = local_tokens(d)
+    transformer = is_kind(d, "transformer")
+    full = (d.recompute == RECOMPUTE_CODES["full"]).to(d.tp.dtype)
+    domain = d.scale_up_domain
+    one = torch.ones_like(d.tp)
+    micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
+    devices = d.tp * d.cp * d.dp * d.pp
+    per_layer = micro_batches * d.num_layers / d.pp * devices  # rank-layer-micro-batches in a step
+
+    tp = all_reduce_link_bytes(tokens * d.hidden_size * elem * transformer, d.tp, one, domain)
+    kv_bytes = 2.0 * tokens * d.num_kv_heads * (d.hidden_size / d.num_heads) / d.tp * elem * d.cp * transformer
+    cp = all_gather_link_bytes(kv_bytes, d.cp, d.tp, domain)
+    moe = (d.num_experts > 1).to(d.tp.dtype) * transformer
+    sp_div = torch.where(d.sequence_parallel > 0, d.tp, torch.ones_like(d.tp))  # as analytical.step.model
+    ep = all_to_all_link_bytes(tokens * d.hidden_size * d.top_k * elem * moe / sp_div, d.ep, d.tp * d.cp, domain)
+    counts = {"tp": 4.0 + 2.0 * full, "cp": 3.0 + full, "ep": 4.0 + 2.0 * full}  # fwd + bwd (+ recompute)
+
+    # pipeline: a forward activation and a backward gradient per micro-batch and chunk boundary
+    # (pp * vp - 1 boundaries), each tp rank sending 1/tp of it (Megatron's scatter-gather)
+    p2p_total = 2.0 * micro_batches * (d.pp * d.vp - 1.0) * tokens * d.hidden_size * elem / d.tp \
+        * d.tp * d.cp * d.dp
+    crosses = (d.pp * d.tp * d.cp * d.dp > domain).to(d.tp.dtype)
+
+    grad_bytes = params * grad_bytes_per_param(d)
+    weight_bytes = params * elem
+    group, stride = d.dp * d.cp, d.tp  # as analytical.step.model: dp x cp ranks share the weights
+    ar = all_reduce_link_bytes(grad_bytes, group, stride, domain)
+    rs = all_gather_link_bytes(grad_bytes, group, stride, domain)
+    ag = all_gather_link_bytes(weight_bytes, group, stride, domain)
+    z = d.zero_stage
+    sharded = ((z >= 1) | (d.distributed_optimizer > 0)).to(d.tp.dtype)
+
+    def dp_level(i: int) -> torch.Tensor:
+        return torch.where(z >= 3, micro_batches * (2.0 * ag[i] + rs[i]),
+                           torch.where(z >= 2, micro_batches * rs[i] + ag[i],
+                                       sharded * (rs[i] + ag[i]) + (1.0 - sharded) * ar[i]))
+
+    levels = []
+    for i, p2p_share in ((0, 1.0 - crosses), (1, crosses)):
+        model_parallel = counts["tp"] * tp[i] + counts["cp"] * cp[i] + counts["ep"] * ep[i]
+        levels.append(per_layer * model_parallel + p2p_share * p2p_total + devices * dp_level(i))
+    return levels[0], levels[1]
+
+
+# ---- the step ----------------------------------------------------------------------------------------
+
+def step_energy(d: DesignBatch, gemms: Gemms, params: torch.Tensor, step_time_s: torch.Tensor,
+                busy_s: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Energy breakdown of one step, all devices (`ENERGY_PARTS`, each `(batch,)` in J). `busy_s` is
+    the time a device runs kernels (the step less the pipeline bubble; the step when not given)."""
+    busy_s = step_time_s if busy_s is None else busy_s
+    work = step_work(d, gemms, params)
+    up_bytes, out_bytes = network_bytes(d, params)
+    up_hops, out_hops = link_traversals(d)
+    return {
+        "compute": compute_energy_j(work["flops"], flop_energy_for_precision(d), units_power_at_peak_w(d),
+                                    busy_s, d.num_devices),
+        "sram": sram_energy_j(work["sram_bytes"], d.sram_energy_j_per_byte),
+        "hbm": hbm_energy_j(work["hbm_bytes"], d.hbm_energy_j_per_byte),
+        "scale_up": network_energy_j(up_bytes, up_hops, d.scale_up_energy_j_per_byte),
+        "scale_out": network_energy_j(out_bytes, out_hops, d.scale_out_energy_j_per_byte),
+        "static": static_energy_j(d.static_power_w, step_time_s, d.num_devices),
+    }
+
+
+def energy_summary(d: DesignBatch, breakdown: dict[str, torch.Tensor],
+                   step_time_s: torch.Tensor) -> dict[str, torch.Tensor]:
+    """`energy_j` (step, all devices), `energy_per_token_j` and `avg_power_w` (per device)."""
+    energy = sum(breakdown[k] for k in ENERGY_PARTS)
+    return {"energy_j": energy,
+            "energy_per_token_j": energy / (d.global_batch_size * d.seq_length),
+            "avg_power_w": energy / (torch.clamp_min(step_time_s, 1e-30) * d.num_devices)}
+
+
+def power_reason(reason: torch.Tensor, avg_power_w: torch.Tensor, tdp_w: torch.Tensor) -> torch.Tensor:
+    """POWER_OVER_BUDGET where a design passing every earlier rule averages more than its budget
+    (`tdp_w` > 0; 0 means no budget)."""
+    over = (reason == 0) & (tdp_w > 0) & (avg_power_w > tdp_w)
+    return torch.where(over, torch.full_like(reason, int(Reason.POWER_OVER_BUDGET)), reason)

@@ -1,0 +1,54 @@
+"""Feasibility rules: which designs can run, and the first reason why one cannot.
+
+A design that cannot run is an answer (`feasible=False` and a reason code), not an error. Codes
+are checked in the order of `Reason`; the first rule a design breaks is its reason.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from analytical.codes import KIND_CODES, Reason
+from analytical.design import DesignBatch, per_precision
+
+
+def _divides(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """True where integer-valued a divides integer-valued b."""
+    return torch.remainder(b, a) == 0
+
+
+def mapping_reasons(d: DesignBatch, peak_flops_per_s: torch.Tensor) -> torch.Tensor:
+    """`(batch,)` int64 reason codes of every rule except memory (0 = all rules hold)."""
+    transformer = d.kind == KIND_CODES["transformer"]
+    micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
+    checks = [
+        (Reason.DEGREES_NOT_DEVICES, (d.tp * d.pp * d.dp * d.cp == d.num_devices) & (d.dp == torch.round(d.dp))),
+        (Reason.TP_NOT_DIVIDING_HEADS,
+         ~transformer | (_divides(d.tp, d.num_heads) & _divides(d.tp, d.num_kv_heads)
+                         & ((d.sequence_parallel == 0) | _divides(d.tp * d.cp, d.seq_length)))),
+        # uneven stages are allowed (Megatron-Core's first/last-stage layer counts, e.g. Llama 3.1
+        # 405B's 126 layers on pp 8 x vp 4); the slowest stage holds the rounded-up share. The
+        # embedding and the loss may take a chunk each (account_for_embedding/loss_in_pipeline_split:
+        # 126 layers on pp 16 x vp 8)
+        (Reason.PP_NOT_DIVIDING_LAYERS, d.pp * d.vp <= d.num_layers + 2.0),
+        (Reason.BATCH_NOT_DIVISIBLE, _divides(d.dp * d.micro_batch_size, d.global_batch_size)),
+        (Reason.CP_NOT_DIVIDING_SEQUENCE, (d.cp == 1) | _divides(2.0 * d.cp, d.seq_length)),
+        # experts fold over the data-, context- and tensor-parallel ranks (Megatron-Core MoE
+        # parallel folding: expert parallelism within dp x cp x tp)
+        (Reason.EP_INVALID, _divides(d.ep, d.num_experts) & _divides(d.ep, d.dp * d.cp * d.tp)),
+        (Reason.VP_INVALID, (d.vp == 1) | ((d.pp > 1) & (torch.remainder(micro_batches, d.pp) == 0))),
+        (Reason.MAPPING_UNSUPPORTED_BY_MODEL,
+         transformer | ((d.tp == 1) & (d.cp == 1) & (d.ep == 1) & (d.sequence_parallel == 0))),
+        (Reason.ZERO_WITH_PIPELINE, (d.zero_stage < 2) | (d.pp == 1) | (d.fsdp > 0)),
+        (Reason.PRECISION_UNSUPPORTED, peak_flops_per_s > 0),
+        (Reason.NO_SCALE_OUT_LINK, (d.num_devices <= d.scale_up_domain) | (d.scale_out_bw_bytes_per_s > 0)),
+    ]
+    reason = torch.zeros(d.batch_size, dtype=torch.int64)
+    for code, holds in reversed(checks):  # earlier rules overwrite later ones
+        reason = torch.where(holds, reason, torch.full_like(reason, int(code)))
+    return reason
+
+
+def peak_for_precision(d: DesignBatch) -> torch.Tensor:
+    """`(batch,)` dense peak FLOP/s of the accelerator at the mapping's precision (0 = unsupported)."""
+    return per_precision(d, "peak_", "_flops_per_s")

@@ -1,0 +1,82 @@
+"""Kernel time models: GEMMs on tensor cores, memory-bound kernels, fused attention.
+
+All functions broadcast: per-design parameters have shape `(batch, 1)` and kernel shapes
+`(batch, kernels)`; the result has the kernel shape. Times in seconds.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from analytical.step.efficiency import Efficiency
+
+
+def ceil_div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """ceil(a / b) for positive tensors, exact on integer-valued floats."""
+    return torch.ceil(a / b)
+
+
+def gemm_waves(m: torch.Tensor, n: torch.Tensor, count: torch.Tensor, tile_m: torch.Tensor,
+               tile_n: torch.Tensor, compute_units: torch.Tensor) -> torch.Tensor:
+    """Waves of output tiles over the compute units: ceil(count * ceil(m/tm) * ceil(n/tn) / units)."""
+    tiles = count * ceil_div(m, tile_m) * ceil_div(n, tile_n)
+    return ceil_div(tiles, compute_units)
+
+
+def gemm_flops(m: torch.Tensor, n: torch.Tensor, k: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+    """Useful FLOPs of `count` independent (m x k) @ (k x n) products: 2 m n k count."""
+    return 2.0 * m * n * k * count
+
+
+def gemm_compute_time_s(m, n, k, count, peak_flops_per_s, compute_units, tile_m, tile_n,
+                        eff: Efficiency, peak_fraction=None) -> torch.Tensor:
+    """Tensor-core time with tile and wave quantization.
+
+    Every wave runs one (tile_m x tile_n) tile per compute unit; a tile costs the FLOPs of its
+    full K extent at `peak_fraction` (default `eff.gemm_peak_fraction`) of the unit's peak, plus a
+    fixed time `gemm_tile_overhead_s` (filling the operand pipeline from memory and writing the
+    tile out: latency, not tensor-core work, so it weighs more on a chip with faster tensor cores).
+    """
+    fraction = eff.gemm_peak_fraction if peak_fraction is None else peak_fraction
+    waves = gemm_waves(m, n, count, tile_m, tile_n, compute_units)
+    per_unit_flops_per_s = peak_flops_per_s * fraction / compute_units
+    tile_flops = 2.0 * tile_m * tile_n * k
+    return waves * (tile_flops / per_unit_flops_per_s + eff.gemm_tile_overhead_s)
+
+
+def gemm_hbm_bytes(m, n, k, count, bytes_per_element) -> torch.Tensor:
+    """Compulsory off-chip traffic: read A and B once, write C once."""
+    return bytes_per_element * count * (m * k + k * n + m * n)
+
+
+def gemm_sram_bytes(m, n, k, count, tile_m, tile_n, bytes_per_element) -> torch.Tensor:
+    """On-chip (L2) traffic of a tiled GEMM: each output tile streams its A rows and B columns."""
+    return bytes_per_element * count * m * n * k * (1.0 / tile_n + 1.0 / tile_m)
+
+
+def gemm_time_s(m, n, k, count, peak_flops_per_s, compute_units, tile_m, tile_n, hbm_bw_bytes_per_s,
+                sram_bw_bytes_per_s, launch_s, bytes_per_element, eff: Efficiency,
+                peak_fraction=None) -> torch.Tensor:
+    """Roofline over compute, HBM and SRAM, plus one kernel launch. Zero-size GEMMs cost 0."""
+    compute = gemm_compute_time_s(m, n, k, count, peak_flops_per_s, compute_units, tile_m, tile_n, eff,
+                                  peak_fraction)
+    hbm = gemm_hbm_bytes(m, n, k, count, bytes_per_element) / (hbm_bw_bytes_per_s * eff.hbm_bw_fraction)
+    sram = gemm_sram_bytes(m, n, k, count, tile_m, tile_n, bytes_per_element) / sram_bw_bytes_per_s
+    time = torch.maximum(torch.maximum(compute, hbm), sram) + launch_s
+    return torch.where(m * n * k * count > 0, time, 0.0)
+
+
+def memory_bound_time_s(bytes_moved, num_kernels, hbm_bw_bytes_per_s, launch_s,
+                        eff: Efficiency) -> torch.Tensor:
+    """Element-wise, normalization and softmax kernels: bytes over HBM bandwidth plus launches."""
+    return bytes_moved / (hbm_bw_bytes_per_s * eff.hbm_bw_fraction) + num_kernels * launch_s
+
+
+def flash_attention_time_s(flops, qkvo_bytes, peak_flops_per_s, hbm_bw_bytes_per_s, launch_s,
+                           eff: Efficiency) -> torch.Tensor:
+    """A fused (flash) attention kernel: scores never reach HBM, so a roofline over its FLOPs at
+    the fused kernel's efficiency and the Q, K, V, O traffic."""
+    compute = flops / (peak_flops_per_s * eff.flash_attention_fraction)
+    memory = qkvo_bytes / (hbm_bw_bytes_per_s * eff.hbm_bw_fraction)
+    time = torch.maximum(compute, memory) + launch_s
+    return torch.where(flops > 0, time, 0.0)

@@ -1,0 +1,400 @@
+"""One training iteration: time with a breakdown, memory, feasibility, MFU, HFU and throughput.
+
+`evaluate(designs)` composes the layers for a whole `DesignBatch` in one pass of tensor
+operations; a single design is a batch of one. The step time is the sum of its breakdown:
+
+    step = m * t_stage_max (split into its parts)      # steady 1F1B on the slowest stage
+         + (pp - 1) / vp * t_stage_mean                # pipeline bubble
+         + exposed pipeline point-to-point
+         + exposed data-parallel / ZeRO communication
+         + optimizer step
+
+with m = global_batch / (dp * micro_batch) micro-batches and t_stage the forward + backward
+(+ recompute, + exposed tensor/context/expert-parallel communication) of one micro-batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from dataclasses import dataclass, field, fields
+
+import torch
+
+from analytical.codes import RECOMPUTE_CODES, Reason
+from analytical.design import DesignBatch
+from analytical.step import collectives as coll
+from analytical.step import energy
+from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from analytical.step.feasibility import mapping_reasons, peak_for_precision
+from analytical.step.kernels import flash_attention_time_s, gemm_time_s, memory_bound_time_s
+from analytical.step.memory import grad_bytes_per_param, memory_breakdown, params_per_device
+from analytical.step.workload import (
+    GEMM_SLOTS,
+    activation_bytes_per_element,
+    attention_core_flops,
+    gemm_bytes_per_element,
+    is_kind,
+    is_narrow,
+    layer_forward_flops_per_sequence,
+    layer_gemms,
+    local_tokens,
+    logit_gemm_flops,
+    memoizing,
+    memory_bound_bytes_per_layer,
+    model_flops_per_step,
+    recomputed_module_bytes,
+    stage_layers,
+)
+
+TIME_PARTS = ("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm",
+              "pipeline_bubble", "pp_p2p", "dp_comm", "optimizer")
+TP_OVERLAP_SLOTS = [GEMM_SLOTS.index(n) for n in ("qkv", "attention_out", "ffn_up", "ffn_down")]
+CORE_SLOTS = [GEMM_SLOTS.index(n) for n in ("attention_scores", "attention_values")]
+ADAM_BYTES_PER_PARAM = 34.0  # read fp32 param, grad, m, v and write param, m, v, 16-bit copy; + grad norm
+
+
+@dataclass
+class StepResult:
+    """Outputs for a batch of designs; every tensor is `(batch,)`."""
+
+    step_time_s: torch.Tensor
+    feasible: torch.Tensor  # bool
+    reason: torch.Tensor  # int64 codes of `analytical.step.feasibility.Reason`
+    memory_per_device_bytes: torch.Tensor
+    mfu: torch.Tensor
+    hfu: torch.Tensor
+    tokens_per_s: torch.Tensor
+    model_flops: torch.Tensor
+    energy_j: torch.Tensor  # one step, all devices (analytical.step.energy)
+    energy_per_token_j: torch.Tensor
+    avg_power_w: torch.Tensor  # per device, averaged over the step
+    time_breakdown_s: dict[str, torch.Tensor] = field(default_factory=dict)
+    memory_breakdown_bytes: dict[str, torch.Tensor] = field(default_factory=dict)
+    energy_breakdown_j: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def index(self, idx: torch.Tensor | slice) -> "StepResult":
+        """The rows `idx` of every tensor, breakdown dictionaries included."""
+        return StepResult(**{f.name: ({k: v[idx] for k, v in getattr(self, f.name).items()}
+                                      if isinstance(getattr(self, f.name), dict) else getattr(self, f.name)[idx])
+                             for f in fields(self)})
+
+    @staticmethod
+    def cat(parts: list["StepResult"]) -> "StepResult":
+        """Concatenate results of consecutive chunks of a batch."""
+        first = parts[0]
+        tensors = {f.name: torch.cat([getattr(p, f.name) for p in parts]) for f in fields(first)
+                   if isinstance(getattr(first, f.name), torch.Tensor)}
+        dicts = {f.name: {k: torch.cat([getattr(p, f.name)[k] for p in parts]) for k in getattr(first, f.name)}
+                 for f in fields(first) if isinstance(getattr(first, f.name), dict)}
+        return StepResult(**tensors, **dicts)
+
+    def row(self, i: int) -> dict:
+        """Plain-Python record of design i (for reports and JSON)."""
+        return {
+            "step_time_s": float(self.step_time_s[i]),
+            "feasible": bool(self.feasible[i]),
+            "reason": Reason(int(self.reason[i])).name.lower(),
+            "memory_per_device_bytes": float(self.memory_per_device_bytes[i]),
+            "mfu": float(self.mfu[i]),
+            "hfu": float(self.hfu[i]),
+            "tokens_per_s": float(self.tokens_per_s[i]),
+            "breakdown": {k: float(v[i]) for k, v in self.time_breakdown_s.items()},
+            "memory_breakdown": {k: float(v[i]) for k, v in self.memory_breakdown_bytes.items()},
+            "energy_j": float(self.energy_j[i]),
+            "energy_per_token_j": float(self.energy_per_token_j[i]),
+            "avg_power_w": float(self.avg_power_w[i]),
+            "energy_breakdown": {k: float(v[i]) for k, v in self.energy_breakdown_j.items()},
+        }
+
+
+def _col(x: torch.Tensor) -> torch.Tensor:
+    return x.unsqueeze(-1)
+
+
+def gemm_peak_fraction(d: DesignBatch, eff: Efficiency) -> torch.Tensor:
+    """`(batch,)` fraction of the format's peak the GEMM main loop sustains: `narrow_gemm_peak_fraction`
+    for fp8 / mxfp8 / nvfp4, `gemm_peak_fraction` otherwise."""
+    return eff.gemm_peak_fraction + is_narrow(d) * (eff.narrow_gemm_peak_fraction - eff.gemm_peak_fraction)
+
+
+def sixteen_bit_peak(d: DesignBatch, peak: torch.Tensor) -> torch.Tensor:
+    """Peak of the kernels that stay 16-bit under narrow-format training (fused attention, the
+    output layer; Transformer Engine's default recipes): bf16's where the chip has it, else the
+    precision's own."""
+    return torch.where((is_narrow(d) > 0) & (d.peak_bf16_flops_per_s > 0), d.peak_bf16_flops_per_s, peak)
+
+
+def _gemm_table_time_s(tables, d: DesignBatch, peak: torch.Tensor, eff: Efficiency,
+                       live: torch.Tensor) -> list[torch.Tensor]:
+    """`(batch, slots)` time of each GEMM slot of each table of `tables`, serial repetitions
+    included. Only the `live` slots (non-empty for some design of the batch) are computed, the
+    tables side by side in one `(batch, tables * live slots)` pass; the others cost 0."""
+    every = bool(live.all())
+    m, n, k, count, serial = (torch.cat([(getattr(g, f) if every else getattr(g, f)[:, live]) for g in tables], -1)
+                              for f in ("m", "n", "k", "count", "serial"))
+    t = gemm_time_s(m, n, k, count, _col(peak), _col(d.compute_units), _col(d.tile_m), _col(d.tile_n),
+                    _col(d.hbm_bw_bytes_per_s), _col(d.sram_bw_bytes_per_s), _col(d.kernel_launch_s),
+                    _col(gemm_bytes_per_element(d)), eff, _col(gemm_peak_fraction(d, eff))) * serial
+    parts = t.chunk(len(tables), -1)
+    if every:
+        return list(parts)
+    outs = []
+    for part in parts:
+        out = torch.zeros_like(tables[0].m)
+        out[:, live] = part
+        outs.append(out)
+    return outs
+
+
+def _links(d: DesignBatch, eff: Efficiency):
+    up_bw = d.scale_up_bw_bytes_per_s * eff.scale_up_bw_fraction
+    fat_tree = (d.topology == 0).to(up_bw.dtype)
+    taper = 1.0 + fat_tree * (d.oversubscription - 1.0)
+    out_bw = torch.clamp_min(d.scale_out_bw_bytes_per_s, 1.0) * eff.scale_out_bw_fraction / taper
+    return up_bw, d.scale_up_latency_s, out_bw, d.scale_out_latency_s
+
+
+def _on_group(collective, d: DesignBatch, links, bytes_, size, stride) -> torch.Tensor:
+    """Time of a placed collective (`collectives.group_*`) for a group of the mapping."""
+    return collective(bytes_, size, stride, d.scale_up_domain, *links)
+
+
+def _total(parts) -> torch.Tensor:
+    """Sum of an iterable of tensors (one addition fewer than `sum`, which starts from 0)."""
+    return functools.reduce(operator.add, parts)
+
+
+def _relu(x: torch.Tensor) -> torch.Tensor:
+    return torch.clamp_min(x, 0.0)
+
+
+def _exposed(comm_s: torch.Tensor, compute_s: torch.Tensor, eff: Efficiency) -> torch.Tensor:
+    """Exposed time of a collective run beside `compute_s` of compute that it slows down by
+    `eff.overlap_compute_slowdown` (s): max(comm - compute, (1 - 1/s) comm); 0-floored when s = 1."""
+    if eff.overlap_compute_slowdown == 1.0:
+        return _relu(comm_s - compute_s)
+    return torch.maximum(comm_s - compute_s, (1.0 - 1.0 / eff.overlap_compute_slowdown) * comm_s)
+
+
+def evaluate(d: DesignBatch, eff: Efficiency = DEFAULT_EFFICIENCY, chunk_size: int = 65536) -> StepResult:
+    """Time, memory and feasibility of one training step for every design of the batch.
+
+    Batches larger than `chunk_size` are evaluated chunk by chunk (the temporaries of a chunk stay
+    in cache; results are identical) and concatenated.
+    """
+    if d.batch_size <= chunk_size:
+        return _evaluate_chunk(d, eff)
+    return StepResult.cat([_evaluate_chunk(d.index(slice(i, i + chunk_size)), eff)
+                           for i in range(0, d.batch_size, chunk_size)])
+
+
+@dataclass
+class _Layer:
+    """Times of one layer, one micro-batch, on one device: each `(batch,)` or `(batch, slots)`."""
+
+    fwd_slots: torch.Tensor
+    bwd_slots: torch.Tensor
+    forward: torch.Tensor
+    backward: torch.Tensor
+    flash_fwd: torch.Tensor
+    flash_bwd: torch.Tensor
+    core_fwd: torch.Tensor  # unfused attention core (QK^T, AV, softmax and dropout traffic)
+
+
+def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer:
+    """GEMMs (forward, input- and weight-gradient), memory-bound kernels and fused attention."""
+    dgrad, wgrad = gemms.backward()
+    live = (gemms.m * gemms.n * gemms.k * gemms.count > 0).any(0)
+    fwd_slots, dgrad_slots, wgrad_slots = _gemm_table_time_s((gemms, dgrad, wgrad), d, peak, eff, live)
+    bwd_slots = dgrad_slots + wgrad_slots
+    mb_bytes, mb_kernels = memory_bound_bytes_per_layer(d)
+    fwd_mem = memory_bound_time_s(mb_bytes, mb_kernels, d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
+    core_flops = attention_core_flops(d) * d.flash_attention
+    qkvo_bytes = 4.0 * local_tokens(d) * d.hidden_size / d.tp * elem * d.flash_attention
+    peak16 = sixteen_bit_peak(d, peak)
+    flash_fwd = flash_attention_time_s(core_flops, qkvo_bytes, peak16, d.hbm_bw_bytes_per_s,
+                                       d.kernel_launch_s, eff)
+    flash_bwd = flash_attention_time_s(2.5 * core_flops, 2.0 * qkvo_bytes, peak16, d.hbm_bw_bytes_per_s,
+                                       d.kernel_launch_s, eff)  # FA2 backward: 5 of the 2 fwd matmuls
+    unfused = (1.0 - d.flash_attention) * is_kind(d, "transformer")
+    scores = d.micro_batch_size * d.num_heads / d.tp * (d.seq_length / d.cp) * d.seq_length
+    core_mem = memory_bound_time_s(4.5 * scores * elem * unfused, 2.0 * unfused, d.hbm_bw_bytes_per_s,
+                                   d.kernel_launch_s, eff)
+    forward = fwd_slots.sum(-1) + flash_fwd + fwd_mem
+    backward = bwd_slots.sum(-1) + flash_bwd + 2.0 * fwd_mem
+    if eff.layer_overhead_s != 0.0:  # (0 in the fitted constants: no additions of zero)
+        forward, backward = forward + eff.layer_overhead_s, backward + eff.layer_overhead_s
+    return _Layer(fwd_slots=fwd_slots, bwd_slots=bwd_slots, forward=forward, backward=backward,
+                  flash_fwd=flash_fwd, flash_bwd=flash_bwd,
+                  core_fwd=fwd_slots[..., CORE_SLOTS].sum(-1) + core_mem)
+
+
+def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
+                         eff: Efficiency = DEFAULT_EFFICIENCY) -> dict[str, torch.Tensor]:
+    """Exposed tp / cp / ep communication of one layer and micro-batch, forward and backward."""
+    transformer = is_kind(d, "transformer")
+    tokens = local_tokens(d)
+    # tensor parallel: 2 all-reduces (or all-gather + reduce-scatter pairs) forward, 2 backward;
+    # with overlap they hide behind the GEMMs they feed or follow (QKV, out-projection, MLP), the
+    # attention core being left to context parallelism's ring
+    tp_ar = _on_group(coll.group_all_reduce_time_s, d, links, tokens * d.hidden_size * elem, d.tp,
+                      torch.ones_like(d.tp)) * transformer
+    tp_hide = d.overlap_tp_comm
+    # context parallel (ring attention): K and V circulate, overlapped with the attention kernels
+    kv_bytes = 2.0 * tokens * d.num_kv_heads * (d.hidden_size / d.num_heads) / d.tp * elem * d.cp
+    cp_ag = _on_group(coll.group_all_gather_time_s, d, links, kv_bytes, d.cp, d.tp) * transformer
+    # expert parallel: dispatch and combine all-to-all, forward and backward
+    moe = (d.num_experts > 1).to(d.tp.dtype) * transformer
+    # with sequence parallelism each tensor-parallel rank dispatches only its 1/tp of the tokens
+    # (Megatron-Core MoE: the token dispatcher runs on the sequence-parallel shards)
+    sp_div = torch.where(d.sequence_parallel > 0, d.tp, torch.ones_like(d.tp))
+    ep_bytes = tokens * d.hidden_size * d.top_k * elem / sp_div
+    ep_a2a = _on_group(coll.group_all_to_all_time_s, d, links, ep_bytes, d.ep, d.tp * d.cp) * moe
+    return {
+        "tp_fwd": _exposed(2.0 * tp_ar, tp_hide * layer.fwd_slots[..., TP_OVERLAP_SLOTS].sum(-1), eff),
+        "tp_bwd": _exposed(2.0 * tp_ar, tp_hide * layer.bwd_slots[..., TP_OVERLAP_SLOTS].sum(-1), eff),
+        "cp_fwd": _exposed(cp_ag, layer.flash_fwd + layer.core_fwd, eff),
+        "cp_bwd": _exposed(2.0 * cp_ag, layer.flash_bwd + layer.bwd_slots[..., CORE_SLOTS].sum(-1), eff),
+        "ep_fwd": 2.0 * ep_a2a,
+        "ep_bwd": 2.0 * ep_a2a,
+    }
+
+
+def _output_layer(d: DesignBatch, peak, elem, eff: Efficiency) -> dict[str, torch.Tensor]:
+    """Logit GEMMs and the fp32 softmax cross-entropy of one micro-batch on the last stage."""
+    not_gemm = 1.0 - is_kind(d, "gemm")
+    logit_fwd = logit_gemm_flops(d) / (sixteen_bit_peak(d, peak) * eff.gemm_peak_fraction) + d.kernel_launch_s * not_gemm
+    loss = memory_bound_time_s(local_tokens(d) * d.vocab_size / d.tp * (elem + 8.0) * not_gemm, 3.0 * not_gemm,
+                               d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
+    return {"forward_compute": logit_fwd + loss, "backward_compute": 2.0 * logit_fwd + loss}
+
+
+def _pipeline_p2p_s(d: DesignBatch, links, elem, micro_batches) -> torch.Tensor:
+    """Exposed point-to-point transfers of the 1F1B (or interleaved) schedule: one forward and one
+    backward per micro-batch and model chunk, plus the fill; only the fill and flush with
+    `overlap_pp_comm`. With Megatron's scatter-gather each tp rank sends 1/tp of the activation."""
+    pp_bw, pp_alpha = coll.p2p_link(d.pp, d.tp * d.cp * d.dp, d.scale_up_domain, *links)
+    p2p_bytes = local_tokens(d) * d.hidden_size * elem / d.tp
+    p2p = torch.where(d.pp > 1, coll.p2p_time_s(p2p_bytes, pp_bw, pp_alpha), torch.zeros_like(d.pp))
+    steady = micro_batches * d.vp * (1.0 - d.overlap_pp_comm)
+    return 2.0 * p2p * (steady + d.pp - 1.0)
+
+
+def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches, eff: Efficiency) -> torch.Tensor:
+    """Data-parallel / ZeRO communication per step, before overlap.
+
+    ZeRO-0: all-reduce of the gradients. ZeRO-1 or distributed optimizer: reduce-scatter of the
+    gradients and all-gather of the updated weights. ZeRO-2: a reduce-scatter per micro-batch.
+    ZeRO-3: per micro-batch, weights gathered for forward and backward and gradients scattered, at
+    `zero3_comm_fraction` of the collective bound for DeepSpeed's per-module collectives, at the
+    bound itself for FSDP's whole-block ones (`fsdp`).
+    """
+    grad_bytes = params * grad_bytes_per_param(d)
+    weight_bytes = params * elem  # gathered in the 16-bit (fp32: 32-bit) training dtype
+    # context-parallel ranks hold the same weights: gradients are reduced and the optimizer state
+    # sharded over dp x cp (Megatron-Core's data-parallel-with-context group; torchtitan's dp_shard_cp)
+    group, stride = d.dp * d.cp, d.tp
+    ar = _on_group(coll.group_all_reduce_time_s, d, links, grad_bytes, group, stride)
+    rs = _on_group(coll.group_all_gather_time_s, d, links, grad_bytes, group, stride)
+    ag = _on_group(coll.group_all_gather_time_s, d, links, weight_bytes, group, stride)
+    z = d.zero_stage
+    sharded = _optimizer_sharded(d)
+    zero3_slowdown = torch.where(d.fsdp > 0, 1.0, 1.0 / eff.zero3_comm_fraction)
+    return torch.where(z >= 3, micro_batches * (2.0 * ag + rs) * zero3_slowdown,
+                       torch.where(z >= 2, micro_batches * rs + ag, sharded * (rs + ag) + (1.0 - sharded) * ar))
+
+
+def _optimizer_sharded(d: DesignBatch) -> torch.Tensor:
+    return ((d.zero_stage >= 1) | (d.distributed_optimizer > 0)).to(d.tp.dtype)
+
+
+def _optimizer_time_s(d: DesignBatch, params, eff: Efficiency) -> torch.Tensor:
+    """Adam over this device's (possibly sharded) parameters: a memory-bound multi-tensor kernel."""
+    opt_params = params / torch.where(_optimizer_sharded(d) > 0, d.dp * d.cp, torch.ones_like(d.dp))
+    return memory_bound_time_s(opt_params * ADAM_BYTES_PER_PARAM, torch.full_like(d.dp, 4.0),
+                               d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
+
+
+def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
+    d = memoizing(d)  # derived terms (local tokens, layer parameters, ...) computed once per chunk
+    peak_raw = peak_for_precision(d)
+    peak = torch.clamp_min(peak_raw, 1e9)  # keeps unsupported precisions finite; flagged below
+    elem = activation_bytes_per_element(d)
+    links = _links(d, eff)
+    gemms = layer_gemms(d)
+    layer = _layer_compute(d, gemms, peak, elem, eff)
+    comm = _model_parallel_comm(d, layer, links, elem, eff)
+
+    full = (d.recompute == RECOMPUTE_CODES["full"]).to(peak.dtype)
+    selective = (d.recompute == RECOMPUTE_CODES["selective"]).to(peak.dtype)
+    # selective with fused attention: the norms and MLP activation again (workload.activation_bytes_per_layer)
+    fused_selective = d.flash_attention * is_kind(d, "transformer")
+    modules_fwd = fused_selective * memory_bound_time_s(recomputed_module_bytes(d), 3.0 * fused_selective,
+                                                        d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
+    layer_parts = {
+        "forward_compute": layer.forward,
+        "backward_compute": layer.backward,
+        "recompute": full * layer.forward + selective * (layer.core_fwd + modules_fwd),
+        "tp_comm": comm["tp_fwd"] + comm["tp_bwd"] + full * comm["tp_fwd"],
+        "cp_comm": comm["cp_fwd"] + comm["cp_bwd"] + full * comm["cp_fwd"],
+        "ep_comm": comm["ep_fwd"] + comm["ep_bwd"] + full * comm["ep_fwd"],
+    }
+    logit_parts = _output_layer(d, peak, elem, eff)
+
+    # pipeline: the last stage holds num_layers / pp layers and the output layer
+    layers_per_stage = stage_layers(d)
+    micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
+    stage_parts = {k: layers_per_stage * v + logit_parts[k] if k in logit_parts else layers_per_stage * v
+                   for k, v in layer_parts.items()}
+    stage_max = _total(stage_parts.values())
+    stage_mean = (_total(layer_parts.values()) * d.num_layers + _total(logit_parts.values())) / d.pp
+
+    # ZeRO-3 implementations (DeepSpeed, FSDP) always prefetch parameters: their gathers overlap
+    # the whole step. Otherwise, with overlap on, the reduction hides behind the last micro-batch's
+    # backward pass (its wall time: compute and exposed tp/cp/ep communication). Either way the
+    # compute beside the collective slows down (`_exposed`, `Efficiency.overlap_compute_slowdown`).
+    params = params_per_device(d)
+    dp_time = _data_parallel_time_s(d, params, links, elem, micro_batches, eff)
+    backward_wall = (layers_per_stage * (layer.backward + comm["tp_bwd"] + comm["cp_bwd"] + comm["ep_bwd"])
+                     + logit_parts["backward_compute"])
+    zero3 = d.zero_stage >= 3
+    overlapped = _exposed(dp_time, torch.where(zero3, micro_batches * stage_max, backward_wall), eff)
+
+    breakdown = {k: micro_batches * v for k, v in stage_parts.items()}
+    breakdown.update(pipeline_bubble=(d.pp - 1.0) / d.vp * stage_mean,
+                     pp_p2p=_pipeline_p2p_s(d, links, elem, micro_batches),
+                     dp_comm=torch.where((d.overlap_dp_comm > 0) | zero3, overlapped, dp_time),
+                     optimizer=_optimizer_time_s(d, params, eff))
+    breakdown = {k: breakdown[k] for k in TIME_PARTS}
+    step_time = _total(breakdown.values())
+
+    memory = memory_breakdown(d, params)
+    memory_total = _total(memory.values())
+    reason = mapping_reasons(d, peak_raw)
+    oom = memory_total > d.hbm_bytes
+    reason = torch.where((reason == 0) & oom, torch.full_like(reason, int(Reason.OUT_OF_MEMORY)), reason)
+    energy_parts = energy.step_energy(d, gemms, params, step_time, step_time - breakdown["pipeline_bubble"])
+    energy_totals = energy.energy_summary(d, energy_parts, step_time)
+    reason = energy.power_reason(reason, energy_totals["avg_power_w"], d.tdp_w)
+
+    layer_flops, core_flops_seq = layer_forward_flops_per_sequence(d, gemms)
+    model_flops = model_flops_per_step(d, gemms, layer_flops)
+    # selective recompute re-runs the unfused attention core only; flash kernels already recompute inside
+    recompute_flops = (full * layer_flops + selective * (1.0 - d.flash_attention) * core_flops_seq) \
+        * d.num_layers * d.global_batch_size
+    denominator = step_time * d.num_devices * peak
+    return StepResult(
+        step_time_s=step_time,
+        feasible=reason == 0,
+        reason=reason,
+        memory_per_device_bytes=memory_total,
+        mfu=model_flops / denominator,
+        hfu=(model_flops + recompute_flops) / denominator,
+        tokens_per_s=d.global_batch_size * d.seq_length / step_time,
+        model_flops=model_flops,
+        **energy_totals,
+        time_breakdown_s=breakdown,
+        memory_breakdown_bytes=memory,
+        energy_breakdown_j=energy_parts,
+    )

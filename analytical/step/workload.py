@@ -1,0 +1,394 @@
+"""The algorithm layer: shapes, parameters, FLOPs and activation memory of a workload.
+
+Every function takes a `DesignBatch` and returns `(batch,)` tensors, or `(batch, slots)` for the
+GEMM table. Transformer conventions: `ffn_type` gelu means GPT-style (biases, LayerNorm, learned
+positions, tied output embedding); swiglu means LLaMA-style (no biases, RMSNorm, rotary positions,
+untied output layer). MoE layers (num_experts > 1) route each token to `top_k` experts.
+
+Formulas checked in tests against Narayanan et al. 2021 (FLOPs, eq. 3 and parameter count) and
+Korthikanti et al. 2022 (activation memory, Table 2).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from analytical.codes import FFN_CODES, KIND_CODES, PRECISION_CODES, RECOMPUTE_CODES
+from analytical.design import DesignBatch
+
+GEMM_SLOTS = ("qkv", "attention_scores", "attention_values", "attention_out", "ffn_up", "ffn_down",
+              "router", "recurrent")
+ROUTER_SLOT = GEMM_SLOTS.index("router")
+_MEMO = "_per_evaluation_memo"
+
+
+def memoizing(d: DesignBatch) -> DesignBatch:
+    """A private shallow copy of `d` on which `per_evaluation` functions compute each derived
+    tensor once (same tensors, same graph; `step.evaluate` uses one per chunk, so the many terms
+    that need, say, the local tokens or the layer's parameters share one computation)."""
+    copy = object.__new__(type(d))
+    copy.__dict__.update(d.__dict__)
+    copy.__dict__[_MEMO] = {}
+    return copy
+
+
+def per_evaluation(fn):
+    """Memoize `fn(d, *hashable_args)` on a batch made by `memoizing`; other batches compute afresh."""
+
+    @functools.wraps(fn)
+    def wrapper(d, *args, **kwargs):
+        memo = d.__dict__.get(_MEMO)
+        if memo is None or kwargs:
+            return fn(d, *args, **kwargs)
+        key = (fn, *args)
+        if key not in memo:
+            memo[key] = fn(d, *args)
+        return memo[key]
+
+    return wrapper
+
+
+@per_evaluation
+def is_kind(d: DesignBatch, kind: str) -> torch.Tensor:
+    return (d.kind == KIND_CODES[kind]).to(d.tp.dtype)
+
+
+@per_evaluation
+def is_swiglu(d: DesignBatch) -> torch.Tensor:
+    return (d.ffn_type == FFN_CODES["swiglu"]).to(d.tp.dtype)
+
+
+@per_evaluation
+def is_narrow(d: DesignBatch) -> torch.Tensor:
+    """1 where the GEMMs run in an 8- or 4-bit format (fp8, mxfp8, nvfp4) with 16-bit activations
+    between them (Transformer Engine's recipes), 0 for fp32/tf32/fp16/bf16."""
+    return (d.precision >= PRECISION_CODES["fp8"]).to(d.precision.dtype)
+
+
+@per_evaluation
+def gemm_bytes_per_element(d: DesignBatch) -> torch.Tensor:
+    """Bytes per GEMM input element: 4 (fp32/tf32), 2 (fp16/bf16), 1 (fp8, mxfp8: 1 + a 1-byte
+    scale per 32 elements), 0.5625 (nvfp4: 0.5 + a 1-byte scale per 16 elements). Block sizes:
+    OCP Microscaling Formats spec v1.0 (2023) and NVIDIA's NVFP4 introduction (2025)."""
+    p = d.precision
+    wide = (p <= PRECISION_CODES["tf32"]).to(p.dtype)
+    fp8 = (p == PRECISION_CODES["fp8"]).to(p.dtype)
+    mxfp8 = (p == PRECISION_CODES["mxfp8"]).to(p.dtype)
+    nvfp4 = (p == PRECISION_CODES["nvfp4"]).to(p.dtype)
+    return 2.0 + 2.0 * wide - fp8 - (1.0 - 1.0 / 32.0) * mxfp8 - (1.5 - 1.0 / 16.0) * nvfp4
+
+
+@per_evaluation
+def activation_bytes_per_element(d: DesignBatch) -> torch.Tensor:
+    """Activations stay 16-bit under fp8 training (Transformer Engine keeps them in bf16)."""
+    return 2.0 + 2.0 * (d.precision <= PRECISION_CODES["tf32"]).to(d.precision.dtype)
+
+
+@per_evaluation
+def head_dim(d: DesignBatch) -> torch.Tensor:
+    return d.hidden_size / d.num_heads
+
+
+@per_evaluation
+def local_tokens(d: DesignBatch) -> torch.Tensor:
+    """Tokens of one micro-batch held by one context-parallel rank: b s / cp."""
+    return d.micro_batch_size * d.seq_length / d.cp
+
+
+@per_evaluation
+def ffn_gate_factor(d: DesignBatch) -> torch.Tensor:
+    """Up-projection matrices per MLP: 2 for SwiGLU (gate and up), 1 for GeLU."""
+    return 1.0 + is_swiglu(d)
+
+
+@per_evaluation
+def stage_layers(d: DesignBatch) -> torch.Tensor:
+    """Layers on the most loaded pipeline stage: vp chunks of ceil(L / (pp vp)) layers (L / pp when
+    pp vp divides L; Megatron-Core puts the remainder on fewer layers elsewhere)."""
+    return torch.ceil(d.num_layers / (d.pp * d.vp) - 1e-9) * d.vp
+
+
+@per_evaluation
+def is_moe(d: DesignBatch) -> torch.Tensor:
+    return (d.num_experts > 1).to(d.tp.dtype)
+
+
+@per_evaluation
+def expert_width(d: DesignBatch) -> torch.Tensor:
+    """MLP width of one expert: `moe_ffn_hidden_size` in MoE layers, `ffn_hidden_size` in dense ones."""
+    return torch.where(d.num_experts > 1, d.moe_ffn_hidden_size, d.ffn_hidden_size)
+
+
+@per_evaluation
+def mlp_width(d: DesignBatch) -> torch.Tensor:
+    """MLP intermediate elements per token, summed over the experts it passes through: the
+    expert width times (top_k routed + shared experts); the FFN width in dense layers."""
+    return expert_width(d) * (d.top_k + d.num_shared_experts * is_moe(d))
+
+
+@dataclass
+class Gemms:
+    """GEMM table of one layer's forward pass on one device: each field `(batch, slots)`.
+
+    `count` independent products of (m x k) @ (k x n) run as one batched kernel; `serial` such
+    kernels run one after another (LSTM time steps).
+    """
+
+    m: torch.Tensor
+    n: torch.Tensor
+    k: torch.Tensor
+    count: torch.Tensor
+    serial: torch.Tensor
+
+    def backward(self) -> tuple["Gemms", "Gemms"]:
+        """Input-gradient (m x n)@(n x k) and weight-gradient (k x m)@(m x n) GEMM tables."""
+        dgrad = Gemms(self.m, self.k, self.n, self.count, self.serial)
+        wgrad = Gemms(self.k, self.n, self.m, self.count, self.serial)
+        return dgrad, wgrad
+
+    def flops(self) -> torch.Tensor:
+        """`(batch,)` FLOPs of the table: sum of 2 m n k count serial."""
+        return (2.0 * self.m * self.n * self.k * self.count * self.serial).sum(-1)
+
+
+def layer_gemms(d: DesignBatch) -> Gemms:
+    """Per-device forward GEMMs of one layer, for every workload kind (slots in `GEMM_SLOTS`).
+
+    Attention score/value products appear only for unfused attention; flash attention is
+    modelled as one fused kernel (`attention_core_flops`).
+    """
+    tr, lstm, gemm = is_kind(d, "transformer"), is_kind(d, "lstm"), is_kind(d, "gemm")
+    t, e = d.tp, d.ep
+    h, dh, s = d.hidden_size, head_dim(d), d.seq_length
+    tokens = local_tokens(d)
+    b = d.micro_batch_size
+    heads_local = d.num_heads / t
+    unfused = tr * (1.0 - d.flash_attention)
+    # tokens reaching one expert of this device; shared experts see every token and are folded in
+    # as extra routed work (same FLOPs and GEMM shapes per expert)
+    expert_tokens = tokens * (d.top_k + d.num_shared_experts * is_moe(d)) * e / d.num_experts
+    local_experts = d.num_experts / e
+    moe = is_moe(d)
+    f_e = expert_width(d)
+    one = torch.ones_like(h)
+    zero = torch.zeros_like(h)
+    qkv_n = (d.num_heads + 2.0 * d.num_kv_heads) * dh / t
+    slots_m = [
+        tr * tokens + lstm * b * s + gemm * b * d.gemm_m,  # qkv (lstm: input-to-gates; gemm: b stacked)
+        s / d.cp * unfused,  # attention scores: (s/cp x dh) @ (dh x s) per head and sequence
+        s / d.cp * unfused,  # attention values: (s/cp x s) @ (s x dh)
+        tr * tokens,  # attention output projection
+        tr * expert_tokens,  # ffn up (and gate)
+        tr * expert_tokens,  # ffn down
+        tr * tokens * moe,  # router
+        lstm * b,  # recurrent hidden-to-gates, one kernel per time step
+    ]
+    slots_n = [tr * qkv_n + lstm * 4.0 * h + gemm * d.gemm_n, s, dh, h,
+               ffn_gate_factor(d) * f_e / t, h, d.num_experts, 4.0 * h]
+    slots_k = [tr * h + lstm * h + gemm * d.gemm_k, dh, s, heads_local * dh, h,
+               f_e / t, h, h]
+    slots_count = [one, b * heads_local, b * heads_local, one, local_experts, local_experts, one, one]
+    slots_serial = [one, one, one, one, one, one, one, torch.where(lstm > 0, s, one)]
+    stack = lambda xs: torch.stack(xs, dim=-1)  # noqa: E731
+    return Gemms(stack(slots_m), stack(slots_n), stack(slots_k), stack(slots_count),
+                 stack(slots_serial) + zero.unsqueeze(-1))
+
+
+@per_evaluation
+def logit_gemm_flops(d: DesignBatch) -> torch.Tensor:
+    """Forward FLOPs of the output layer per micro-batch on one device: 2 (b s/cp) h V/tp."""
+    return 2.0 * local_tokens(d) * d.hidden_size * d.vocab_size / d.tp * (1.0 - is_kind(d, "gemm"))
+
+
+@per_evaluation
+def attention_core_flops(d: DesignBatch) -> torch.Tensor:
+    """Forward FLOPs of QK^T and softmax(.)V per micro-batch and device: 4 b (s/cp) s h / tp.
+
+    Unfused kernels compute the full square; a causal flash kernel skips the masked half.
+    """
+    full = 4.0 * local_tokens(d) * d.seq_length * d.hidden_size / d.tp * is_kind(d, "transformer")
+    return full * (1.0 - 0.5 * d.flash_attention)
+
+
+@per_evaluation
+def layer_params(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Parameters of one layer: `(dense, expert)`, whole model (not divided by any degree)."""
+    tr, lstm = is_kind(d, "transformer"), is_kind(d, "lstm")
+    h, f, dh = d.hidden_size, d.ffn_hidden_size, head_dim(d)
+    gelu = 1.0 - is_swiglu(d)
+    qkv_out = (d.num_heads + 2.0 * d.num_kv_heads) * dh
+    attention = h * qkv_out + d.num_heads * dh * h
+    norms = 2.0 * h * (1.0 + gelu)  # LayerNorm has weight and bias, RMSNorm a weight
+    biases = gelu * (qkv_out + h + f + h)
+    moe = is_moe(d)
+    router = moe * h * d.num_experts
+    per_expert = (ffn_gate_factor(d) + 1.0) * h * expert_width(d)
+    expert = d.num_experts * per_expert
+    shared = moe * d.num_shared_experts * per_expert  # replicated over ep like the attention
+    dense = tr * (attention + norms + biases + router + shared) + lstm * (8.0 * h * h + 8.0 * h)
+    gemm = is_kind(d, "gemm") * d.gemm_k * d.gemm_n
+    return dense + gemm, tr * expert
+
+
+@per_evaluation
+def embedding_params(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(input, output)` embedding parameters; GPT-style models tie the output to the input."""
+    not_gemm = 1.0 - is_kind(d, "gemm")
+    gelu_tr = (1.0 - is_swiglu(d)) * is_kind(d, "transformer")
+    vh = d.vocab_size * d.hidden_size * not_gemm
+    return vh + gelu_tr * d.seq_length * d.hidden_size, vh * (1.0 - gelu_tr)
+
+
+def total_params(d: DesignBatch) -> torch.Tensor:
+    dense, expert = layer_params(d)
+    emb_in, emb_out = embedding_params(d)
+    return d.num_layers * (dense + expert) + emb_in + emb_out
+
+
+def active_params(d: DesignBatch) -> torch.Tensor:
+    """Parameters a token passes through (MoE: top_k of num_experts experts)."""
+    dense, expert = layer_params(d)
+    emb_in, emb_out = embedding_params(d)
+    return d.num_layers * (dense + expert * d.top_k / d.num_experts) + emb_in + emb_out
+
+
+def layer_forward_flops_per_sequence(d: DesignBatch, gemms: Gemms | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(layer, attention_core)` forward FLOPs of one layer for one sequence, whole model (no
+    parallel split), counting the full attention square as Narayanan et al. 2021 do.
+
+    Derived from one device's GEMM table (`gemms`, computed when not given): every product is
+    split over tp and over the cp sequence shards (the router only over cp), and expert parallelism
+    moves tokens without changing a device's work.
+    """
+    gemms = layer_gemms(d) if gemms is None else gemms
+    t, c = d.tp.unsqueeze(-1), d.cp.unsqueeze(-1)
+    router = torch.zeros(len(GEMM_SLOTS), dtype=t.dtype)
+    router[ROUTER_SLOT] = 1.0
+    scale = c * (t * (1.0 - router) + router)
+    core = 4.0 * d.micro_batch_size * d.seq_length**2 * d.hidden_size * is_kind(d, "transformer")
+    per_micro_batch = (2.0 * gemms.m * gemms.n * gemms.k * gemms.count * gemms.serial * scale).sum(-1)
+    return (per_micro_batch + d.flash_attention * core) / d.micro_batch_size, core / d.micro_batch_size
+
+
+def model_flops_per_step(d: DesignBatch, gemms: Gemms | None = None,
+                         layer_flops: torch.Tensor | None = None) -> torch.Tensor:
+    """FLOPs of one training step without recomputation (forward + backward = 3x forward), with
+    the full (non-causal) attention square, as in Narayanan et al. 2021 eq. 3.
+
+    For GPT this equals 72 B s L h^2 (1 + s/(6h) + V/(12 L h)) with B the global batch.
+    `layer_flops` is `layer_forward_flops_per_sequence(d, gemms)[0]` when the caller has it.
+    """
+    layer = layer_forward_flops_per_sequence(d, gemms)[0] if layer_flops is None else layer_flops
+    logits = logit_gemm_flops(d) * d.tp * d.cp / d.micro_batch_size
+    return 3.0 * (d.num_layers * layer + logits) * d.global_batch_size
+
+
+@per_evaluation
+def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(kept, transient)`: activation memory one layer keeps for backward, per micro-batch and
+    device, and what full recompute holds on top while it rebuilds a layer.
+
+    Korthikanti et al. 2022, Table 2, generalised to GQA, SwiGLU and MoE: with 16-bit
+    activations, b s h (10 + 24/t + 5 a s/(h t)) bytes without sequence parallelism for GPT.
+    Sequence parallelism divides the first term by t; selective recompute or flash attention drop
+    the a s^2 term; full recompute keeps only the layer input.
+    """
+    tr, lstm = is_kind(d, "transformer"), is_kind(d, "lstm")
+    t = d.tp
+    th = local_tokens(d) * d.hidden_size
+    sp_div = torch.where(d.sequence_parallel > 0, t, 1.0)
+    replicated = 10.0 * th / sp_div  # two norm inputs, two GEMM inputs, two dropout masks
+    kv_ratio = d.num_kv_heads / d.num_heads
+    attention = (2.0 + 4.0 * kv_ratio + 2.0) * th / t  # Q, K, V, and the output-projection input
+    ffn_tensors = 2.0 + 2.0 * ffn_gate_factor(d)  # gelu: fc1 out, fc2 in; swiglu: gate, up, product
+    mlp = ffn_tensors * local_tokens(d) * mlp_width(d) / t
+    # LLaMA-style models train without dropout: no masks (1 byte per element each, 2 of the 10)
+    replicated = replicated - 2.0 * th / sp_div * is_swiglu(d)
+    # narrow GEMMs save their inputs for the weight gradient already cast (Transformer Engine keeps
+    # the fp8 copy, not the 16-bit one): the QKV and fc1 inputs (2 of the replicated 10), the
+    # output-projection input (2 of attention's) and fc2's input (2 of the MLP's) shrink to their
+    # format's bytes. Q, K, V stay 16-bit for the fused attention kernel.
+    saved_gemm_inputs = 4.0 * th / sp_div + 2.0 * th / t + 2.0 * local_tokens(d) * mlp_width(d) / t
+    narrow_saving = is_narrow(d) * saved_gemm_inputs * (1.0 - gemm_bytes_per_element(d) / 2.0)
+    square = 5.0 * d.micro_batch_size * d.num_heads * (d.seq_length / d.cp) * d.seq_length / t
+    keeps_square = (d.recompute == RECOMPUTE_CODES["none"]).to(t.dtype) * (1.0 - d.flash_attention)
+    softmax_stats = 4.0 * d.micro_batch_size * d.num_heads * d.seq_length / d.cp / t * d.flash_attention
+    # selective recompute with fused attention (whose kernel already recomputes the core) re-runs
+    # the cheap modules instead: the norms and the MLP activation (Megatron-Core recompute_modules
+    # "layernorm" and "mlp"/"moe_act"; torchtitan's per-op selective checkpointing), so their
+    # outputs (the QKV, fc1 and fc2 inputs) are not kept
+    cheap_outputs = 4.0 * th / sp_div + 2.0 * local_tokens(d) * mlp_width(d) / t
+    narrow_scale = 1.0 - is_narrow(d) * (1.0 - gemm_bytes_per_element(d) / 2.0)
+    selective_flash = (d.recompute == RECOMPUTE_CODES["selective"]).to(t.dtype) * d.flash_attention
+    modules_saving = selective_flash * cheap_outputs * narrow_scale
+    full = tr * (replicated + attention + mlp + square * keeps_square + softmax_stats - narrow_saving - modules_saving)
+    lstm_bytes = lstm * 2.0 * local_tokens(d) * d.hidden_size * 7.0  # 4 gates, cell, hidden, input
+    gemm_bytes = is_kind(d, "gemm") * 2.0 * d.micro_batch_size * d.gemm_m * d.gemm_k
+    kept = tr * 2.0 * th / sp_div  # full recompute keeps only the layer input
+    per_layer = torch.where(d.recompute == RECOMPUTE_CODES["full"], kept, full)
+    scale = activation_bytes_per_element(d) / 2.0
+    # full recompute rebuilds one layer's activations at a time in the backward pass: that layer's
+    # whole set is live on top of the kept inputs (Korthikanti et al. 2022, sec. 4.2)
+    transient = torch.where(d.recompute == RECOMPUTE_CODES["full"], full, torch.zeros_like(full)) * scale
+    return (per_layer + lstm_bytes + gemm_bytes) * scale, transient
+
+
+@per_evaluation
+def activation_bytes_per_layer(d: DesignBatch) -> torch.Tensor:
+    """Activation memory one layer keeps for backward, per micro-batch and device
+    (`layer_activation_bytes`)."""
+    return layer_activation_bytes(d)[0]
+
+
+@per_evaluation
+def recompute_transient_bytes(d: DesignBatch) -> torch.Tensor:
+    """Activations of the one layer full recompute rebuilds at a time in the backward pass (0 unless
+    recompute is full)."""
+    return layer_activation_bytes(d)[1]
+
+
+@per_evaluation
+def recomputed_module_bytes(d: DesignBatch) -> torch.Tensor:
+    """HBM bytes of the forward norms and MLP activation of one layer (read + write, 16-bit): what
+    selective recompute with fused attention runs again (`activation_bytes_per_layer`)."""
+    t = d.tp
+    sp_div = torch.where(d.sequence_parallel > 0, t, 1.0)
+    norms = 2.0 * 2.0 * local_tokens(d) * d.hidden_size / sp_div
+    act = (2.0 + is_swiglu(d)) * local_tokens(d) * mlp_width(d) / t
+    return is_kind(d, "transformer") * activation_bytes_per_element(d) * (norms + act)
+
+
+@per_evaluation
+def memory_bound_bytes_per_layer(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """HBM bytes and kernel count of one layer's memory-bound kernels, forward, per device.
+
+    Norms (read + write), residual adds with dropout (two reads, a write and a 1-byte mask), the
+    activation function, MoE token permutation, and for unfused attention the scale-mask-softmax
+    and attention dropout over the a s^2 scores. Narrow-format GEMMs (fp8, mxfp8, nvfp4) add the
+    cast of the one activation input no kernel before it writes in the narrow format, the
+    attention output entering the output projection (Transformer Engine's cast-transpose: read
+    16-bit, write the narrow copy and its transpose for the backward pass; its LayerNormLinear and
+    LayerNormMLP fuse the casts of the norm and activation outputs), and the scaling (amax)
+    bookkeeping; the backward pass (twice the forward's traffic in `step`) casts the gradients.
+    """
+    tr, lstm = is_kind(d, "transformer"), is_kind(d, "lstm")
+    t = d.tp
+    elem = activation_bytes_per_element(d)
+    th = local_tokens(d) * d.hidden_size
+    sp_div = torch.where(d.sequence_parallel > 0, t, 1.0)
+    norms = 2.0 * 2.0 * th / sp_div
+    residual = 2.0 * 3.5 * th / sp_div
+    act = (2.0 + is_swiglu(d)) * local_tokens(d) * mlp_width(d) / t
+    moe = is_moe(d)
+    permute = moe * 4.0 * th * d.top_k
+    scores = d.micro_batch_size * d.num_heads / t * (d.seq_length / d.cp) * d.seq_length
+    softmax_dropout = 4.5 * scores * (1.0 - d.flash_attention)
+    casts = is_narrow(d) * th / t * (elem + 2.0 * gemm_bytes_per_element(d))
+    tr_bytes = tr * (elem * (norms + residual + act + permute + softmax_dropout) + casts)
+    tr_kernels = tr * (5.0 + 2.0 * moe + 2.0 * (1.0 - d.flash_attention) + 4.0 * is_narrow(d))
+    lstm_bytes = lstm * elem * 12.0 * local_tokens(d) * d.hidden_size
+    lstm_kernels = lstm * d.seq_length
+    return tr_bytes + lstm_bytes, tr_kernels + lstm_kernels

@@ -1,0 +1,1 @@
+"""The `deepflow` commands, one module each (`deepflow.cli` dispatches to them)."""

@@ -1,0 +1,379 @@
+"""`deepflow calibrate`: fit the analytical model's efficiency constants to a user's measured runs.
+
+    deepflow calibrate data=my_runs.csv
+    deepflow calibrate data=my_runs.csv fit=per_accelerator cv=source fields=[gemm_peak_fraction,hbm_bw_fraction]
+
+The data is a CSV in the validation format (`deepflow.validation.read_rows`: the published-runs
+schema of experiments/validation/README.md, or vTrain's). The constants are the fields of
+`analytical.step.efficiency.Efficiency` named by `fields` (default: every one of
+`deepflow.validation.FIT_FIELDS`, read when the command runs), fitted by `fit_efficiency` (robust
+least squares on log time, bounded by `FIT_BOUNDS`), never per row. A field whose value changes no
+row's predicted time anywhere in its bounds (e.g. the fp8 GEMM fraction on a CSV of fp16 runs) is
+not fitted: it keeps its default, and the output says so.
+
+`fit=global`: one set of constants. `fit=per_accelerator`: the global set, then one per `gpu` of the
+CSV (fitted on that gpu's rows, starting from the global set); an accelerator without its own set
+uses the global one.
+
+The error reported is cross-validated: `cv=kfold` (`folds` folds, rows shuffled with `seed` and
+spread evenly over the folds per gpu) or `cv=source` (leave one `source` of the CSV out at a time).
+For each fold the constants are fitted on the other rows and the held-out rows are predicted with
+them: `cv_mape_after` is the mean |predicted / measured - 1| over all held-out predictions, and
+`cv_mape_before` the same with the default constants. The constants written are then fitted on all
+rows (`in_sample_mape` is their error on those rows, an optimistic number).
+
+The calibration file (`out`, deepflow/calibration.py) holds every Efficiency field, per accelerator
+when asked, and how it was made (data path and sha256, fit, cv, n, the cv errors, date, MLflow run).
+An MLflow run (experiment `calibration`, or `tracking.experiment`) gets the params, the cv metrics and
+the file as an artifact. Bad input (a missing column, an unknown gpu, a measured time that is not a
+positive number, too few rows for the constants asked, an unknown option value or field) is one
+error line naming it, before any fitting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analytical.step.efficiency import Efficiency
+from deepflow.calibration import Calibration, efficiency_dict, predict_calibrated, sha256_of
+from deepflow.presets import ConfigError
+
+FITS = ("global", "per_accelerator")
+CVS = ("kfold", "source")
+OUTPUTS = ("table", "json")
+DEFAULT_EXPERIMENT = "calibration"
+MEASURED = {"published": "measured_iter_time_s", "vtrain": "iteration time (ms)"}
+
+
+def _list_override(override: str) -> str:
+    """`fields=a,b` (a Hydra sweep) as the list `fields=[a,b]`."""
+    key, _, value = override.partition("=")
+    if key == "fields" and "," in value and not value.lstrip().startswith("["):
+        return f"fields=[{value}]"
+    return override
+
+
+def _int(value: Any, key: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{key}={value!r} is invalid: allowed an integer >= {minimum}")
+    return value
+
+
+def options(cfg) -> dict[str, Any]:
+    """The checked options of the composed config (no file is read here)."""
+    from omegaconf import ListConfig, OmegaConf
+
+    from deepflow import validation
+    from deepflow.config import option
+
+    out = {"fit": option(cfg, "fit", FITS), "cv": option(cfg, "cv", CVS), "output": option(cfg, "output", OUTPUTS),
+           "mlflow": option(cfg, "mlflow", (True, False)),
+           "flash_attention": option(cfg, "flash_attention", (True, False)),
+           "folds": _int(option(cfg, "folds"), "folds", 2), "seed": _int(option(cfg, "seed"), "seed", 0)}
+    data = option(cfg, "data")
+    if data is None or not str(data).strip():
+        raise ConfigError("data=None is invalid: allowed a CSV of measured runs (e.g. data=my_runs.csv)")
+    out["data"] = str(data)
+    fit_fields = tuple(validation.FIT_FIELDS)  # read now: the tuple grows as the model does
+    given = OmegaConf.select(cfg, "fields")
+    if given is None:
+        fields = fit_fields
+    else:
+        fields = tuple(OmegaConf.to_container(given)) if isinstance(given, ListConfig) else (given,)
+        if not fields:
+            raise ConfigError(f"fields=[] is invalid: allowed a non-empty list of {', '.join(fit_fields)}")
+        for name in fields:
+            if name not in fit_fields:
+                raise ConfigError(f"fields: {name!r} is not a fitted constant: allowed {', '.join(fit_fields)}")
+        if len(set(fields)) != len(fields):
+            raise ConfigError(f"fields={list(fields)} is invalid: allowed each constant at most once")
+    out["fields"] = fields
+    path = Path(str(option(cfg, "out") or ""))
+    if path.suffix not in (".yaml", ".yml"):
+        raise ConfigError(f"out={str(path)!r} is invalid: allowed a path ending in .yaml or .yml")
+    out["out"] = path
+    return out
+
+
+# ----------------------------------------------------------------------------------------- data
+def read_measured(path: str, flash_attention: bool = False):
+    """`(rows, gpus)`: the CSV's rows (`deepflow.validation.read_rows`) and each row's `gpu`. A
+    measured time that is not a positive number is a ConfigError naming the row and column, as is
+    any value read_rows cannot read."""
+    import pandas as pd
+
+    from deepflow import validation
+
+    try:
+        frame = pd.read_csv(path)
+    except FileNotFoundError:
+        raise ConfigError(f"data={path!r}: no such file") from None
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"data={path!r}: not a CSV ({str(exc).splitlines()[0]})") from None
+    vtrain = validation.is_vtrain(frame)
+    column = MEASURED["vtrain" if vtrain else "published"]
+    if column in frame.columns:
+        values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+        for i, (raw, value) in enumerate(zip(frame[column], values)):
+            if not (np.isfinite(value) and value > 0):
+                row = f"row {frame['id'].iloc[i]}" if "id" in frame.columns else f"line {i + 2}"
+                raise ConfigError(f"data={path!r}: {row}: {column} = {raw!r} is invalid: allowed a positive number "
+                                  f"({'milliseconds' if vtrain else 'seconds'} per iteration)")
+    try:
+        rows = validation.read_rows(path, flash_attention=flash_attention)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, KeyError) as exc:  # a value read_rows cannot convert
+        raise ConfigError(f"data={path!r}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+    if not len(rows.ids):
+        raise ConfigError(f"data={path!r}: no rows")
+    gpus = [validation.VTRAIN_DEFAULTS["gpu"]] * len(rows.ids) if vtrain else [str(g) for g in frame["gpu"]]
+    return rows, gpus
+
+
+def check_counts(path: str, rows, gpus: list[str], opts: dict) -> None:
+    """Enough rows for the constants asked (2 per constant; per gpu for fit=per_accelerator), for the
+    folds, and two sources for cv=source; a ConfigError naming the problem otherwise."""
+    n, k, need = len(rows.ids), len(opts["fields"]), 2 * len(opts["fields"])
+    fields = f"fields=[{','.join(opts['fields'])}]"
+    if n < need:
+        raise ConfigError(f"data={path!r}: {n} rows are too few to fit {k} constants ({fields}): allowed at least "
+                          f"{need} rows (2 per constant), or fewer fields")
+    if opts["cv"] == "kfold" and n < opts["folds"]:
+        raise ConfigError(f"folds={opts['folds']} is invalid: allowed at most the {n} rows of data={path!r}")
+    if opts["cv"] == "source" and len(set(rows.sources)) < 2:
+        raise ConfigError(f"cv=source needs rows of at least two sources: data={path!r} has only "
+                          f"{sorted(set(rows.sources))}: allowed cv=kfold")
+    if opts["fit"] == "per_accelerator":
+        for gpu in dict.fromkeys(gpus):
+            n_gpu = gpus.count(gpu)
+            if n_gpu < need:
+                raise ConfigError(f"data={path!r}: gpu {gpu} has {n_gpu} rows, too few for fit=per_accelerator with "
+                                  f"{k} constants ({fields}): allowed at least {need} rows per gpu, or fit=global")
+
+
+# ----------------------------------------------------------------------------------------- fitting
+def _log_time(rows, eff: Efficiency) -> np.ndarray:
+    from deepflow.validation import predict
+
+    return np.log(predict(rows, eff)["predicted_s"])
+
+
+def informed_fields(rows, start: Efficiency, fields: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`(informed, not informed)`: a field informs the fit when moving it to either end of its
+    `FIT_BOUNDS` changes some row's predicted time (else the fit could only drift it)."""
+    from deepflow.validation import FIT_BOUNDS
+
+    base = _log_time(rows, start)
+    informed, idle = [], []
+    for name in fields:
+        moved = [_log_time(rows, dataclasses.replace(start, **{name: float(end)})) for end in FIT_BOUNDS[name]]
+        changed = any(((np.isfinite(m) != np.isfinite(base)) | (np.abs(np.nan_to_num(m - base)) > 1e-9)).any()
+                      for m in moved)
+        (informed if changed else idle).append(name)
+    return tuple(informed), tuple(idle)
+
+
+def _fit(rows, start: Efficiency, fields: tuple[str, ...]) -> tuple[Efficiency, tuple[str, ...]]:
+    from deepflow.validation import fit_efficiency
+
+    informed, idle = informed_fields(rows, start, fields)
+    return (fit_efficiency(rows, start=start, fields=informed) if informed else start), idle
+
+
+def fit_calibration(rows, gpus: list[str], fields: tuple[str, ...], fit: str,
+                    min_rows_per_gpu: int = 0) -> tuple[Calibration, dict[str, tuple[str, ...]]]:
+    """The constants of `rows` (global, then per gpu for fit=per_accelerator: each gpu's rows,
+    starting from the global fit; a gpu with fewer than `min_rows_per_gpu` rows keeps the global
+    set) and, per set (`"global"` or the gpu), the fields left at their start (not informed)."""
+    glob, idle = _fit(rows, Efficiency(), fields)
+    not_informed = {"global": idle}
+    per = {}
+    if fit == "per_accelerator":
+        for gpu in dict.fromkeys(gpus):
+            mask = np.array([g == gpu for g in gpus])
+            if mask.sum() >= max(min_rows_per_gpu, 1):
+                per[gpu], not_informed[gpu] = _fit(rows.subset(mask), glob, fields)
+    return Calibration(efficiency=glob, per_accelerator=per), not_informed
+
+
+def fold_masks(rows, gpus: list[str], cv: str, folds: int, seed: int) -> list[tuple[str, np.ndarray]]:
+    """`[(name, held-out mask)]`: k folds (shuffled by `seed`, each gpu's rows spread evenly), or
+    one per source."""
+    n = len(rows.ids)
+    if cv == "source":
+        return [(source, np.array([s == source for s in rows.sources])) for source in dict.fromkeys(rows.sources)]
+    rng = np.random.default_rng(seed)
+    fold = np.empty(n, dtype=int)
+    offset = 0
+    for gpu in dict.fromkeys(gpus):
+        idx = rng.permutation([i for i, g in enumerate(gpus) if g == gpu])
+        fold[idx] = (offset + np.arange(len(idx))) % folds
+        offset += len(idx)
+    return [(f"fold {j + 1}", fold == j) for j in range(folds)]
+
+
+def cross_validate(rows, gpus: list[str], opts: dict, progress: bool = True) -> dict[str, Any]:
+    """Held-out predictions of every row with the default constants and with the constants fitted
+    on the other folds; their errors, overall and per fold."""
+    from deepflow.validation import predict
+
+    n = len(rows.ids)
+    before = predict(rows, Efficiency())["predicted_s"]
+    after = np.full(n, np.nan)
+    per_fold = []
+    for j, (name, held) in enumerate(fold_masks(rows, gpus, opts["cv"], opts["folds"], opts["seed"])):
+        if not held.any():
+            continue
+        start = time.perf_counter()
+        train = ~held
+        train_gpus = [g for g, t in zip(gpus, train) if t]
+        cal, _ = fit_calibration(rows.subset(train), train_gpus, opts["fields"], opts["fit"],
+                                 min_rows_per_gpu=len(opts["fields"]))
+        after[held] = predict_calibrated(rows.subset(held), cal)["predicted_s"]
+        err_b = np.abs(before[held] / rows.measured_s[held] - 1.0)
+        err_a = np.abs(after[held] / rows.measured_s[held] - 1.0)
+        per_fold.append({"held_out": name, "n": int(held.sum()), "mape_before": float(err_b.mean()),
+                         "mape_after": float(err_a.mean())})
+        if progress:
+            print(f"cv {j + 1}: held out {name} ({int(held.sum())} rows): fitted on {int(train.sum())} in "
+                  f"{time.perf_counter() - start:.1f} s, mean |error| {err_b.mean():.1%} -> {err_a.mean():.1%}",
+                  file=sys.stderr, flush=True)
+    err_before = np.abs(before / rows.measured_s - 1.0)
+    err_after = np.abs(after / rows.measured_s - 1.0)
+    return {"cv_mape_before": float(err_before.mean()), "cv_mape_after": float(err_after.mean()),
+            "cv_max_abs_error_before": float(err_before.max()), "cv_max_abs_error_after": float(err_after.max()),
+            "cv_folds": per_fold}
+
+
+# ----------------------------------------------------------------------------------------- MLflow
+def _start_run(uri: str, experiment: str, data: str):
+    """`(client, run_id)` of a new MLflow run, or `(None, None)` with a warning when MLflow fails."""
+    from deepflow.run.mlflow_sink import client_for, experiment_id_for
+
+    try:
+        client = client_for(uri)
+        run = client.create_run(experiment_id_for(client, experiment), run_name=f"calibrate-{Path(data).stem}",
+                                tags={"deepflow.command": "calibrate"})
+        return client, run.info.run_id
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the calibration file is the result; MLflow is its record
+        _warn(exc)
+        return None, None
+
+
+def _log_run(client, run_id: str, params: dict, metrics: dict, path: Path) -> bool:
+    from mlflow.entities import Metric, Param
+
+    try:
+        now = int(time.time() * 1000)
+        client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
+                         params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+        client.log_artifact(run_id, str(path), artifact_path="calibration")
+        client.set_terminated(run_id, "FINISHED")
+        return True
+    except Exception as exc:  # noqa: BLE001
+        _warn(exc)
+        return False
+
+
+def _warn(exc: Exception) -> None:
+    first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    print(f"deepflow: warning: MLflow failed ({first}); the calibration file is written all the same",
+          file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------------------- command
+def _table(result: dict) -> str:
+    lines = [f"calibrated on {result['n']} rows of {result['data']} (sha256 {result['data_sha256'][:12]}...), "
+             f"fit={result['fit']}, " + (f"{result['folds']}-fold cross-validation (seed {result['seed']})"
+                                         if result["cv"] == "kfold" else "leave-one-source-out cross-validation"),
+             f"cross-validated mean |error|: {result['cv_mape_before']:.1%} with the default constants -> "
+             f"{result['cv_mape_after']:.1%} fitted on the other folds (max {result['cv_max_abs_error_before']:.1%} "
+             f"-> {result['cv_max_abs_error_after']:.1%})"]
+    for f in result["cv_folds"]:
+        lines.append(f"  {f['held_out']:44.44s} n={f['n']:3d}  {f['mape_before']:6.1%} -> {f['mape_after']:6.1%}")
+    lines.append(f"fitted on all rows: mean |error| {result['in_sample_mape']:.1%} (in sample)")
+    per = result.get("per_accelerator", {})
+    names = list(per)
+    head = f"{'constant':28s} {'default':>11s} {'fitted':>11s}" + "".join(f" {g[:14]:>14s}" for g in names)
+    lines += ["", head]
+    default = efficiency_dict(Efficiency())
+    for key in result["fields"]:
+        mark = "  (not informed by the data: default kept)" if key in result["fields_not_informed"] else ""
+        lines.append(f"{key:28s} {default[key]:11.4g} {result['constants'][key]:11.4g}"
+                     + "".join(f" {per[g][key]:14.4g}" for g in names) + mark)
+    lines += ["", f"wrote {result['calibration_file']}",
+              f"use it: deepflow evaluate calibration={result['calibration_file']} (also best-mapping, validate, "
+              f"sample, optimize)"]
+    if result.get("mlflow_run_id"):
+        lines.append(f"MLflow run {result['mlflow_run_id']}; see it: {result['mlflow_ui']}")
+    return "\n".join(lines)
+
+
+def cmd_calibrate(overrides: list[str]) -> int:
+    from deepflow.config import compose_config
+    from deepflow.tracking import check_reachable, resolve_uri, ui_command
+
+    started = time.perf_counter()
+    cfg = compose_config([_list_override(o) for o in overrides], config_name="calibrate")
+    opts = options(cfg)
+    uri = resolve_uri(cfg.tracking.get("uri")) if opts["mlflow"] else None
+    if uri is not None:
+        check_reachable(uri)
+    data = opts["data"]
+    rows, gpus = read_measured(data, opts["flash_attention"])
+    check_counts(data, rows, gpus, opts)  # every input checked: from here on, fitting
+
+    print(f"calibrating {len(opts['fields'])} constants on {len(rows.ids)} rows of {data} ({opts['fit']}, cv={opts['cv']}) ...",
+          file=sys.stderr, flush=True)
+    cv = cross_validate(rows, gpus, opts)
+    calibration, idle = fit_calibration(rows, gpus, opts["fields"], opts["fit"])
+    in_sample = np.abs(predict_calibrated(rows, calibration)["predicted_s"] / rows.measured_s - 1.0)
+    out_path = opts["out"].resolve()
+    result: dict[str, Any] = {
+        **{k: cv[k] for k in ("cv_mape_before", "cv_mape_after", "cv_max_abs_error_before", "cv_max_abs_error_after")},
+        "n": len(rows.ids), "fit": opts["fit"], "cv": opts["cv"],
+        "folds": opts["folds"] if opts["cv"] == "kfold" else len(cv["cv_folds"]), "seed": opts["seed"],
+        "fields": list(opts["fields"]), "fields_not_informed": list(idle["global"]),
+        "constants": efficiency_dict(calibration.efficiency), "in_sample_mape": float(in_sample.mean()),
+        "data": str(Path(data).resolve()), "data_sha256": sha256_of(data), "calibration_file": str(out_path),
+        "cv_folds": cv["cv_folds"]}
+    if opts["fit"] == "per_accelerator":
+        result["per_accelerator"] = {g: efficiency_dict(e) for g, e in calibration.per_accelerator.items()}
+        result["per_accelerator_not_informed"] = {g: list(v) for g, v in idle.items() if g != "global"}
+
+    client, run_id = _start_run(uri, str(cfg.tracking.get("experiment") or DEFAULT_EXPERIMENT), data) \
+        if uri is not None else (None, None)
+    calibration.provenance = {
+        "command": "deepflow calibrate " + " ".join(overrides), "data": result["data"], "data_sha256": result["data_sha256"],
+        "fit": opts["fit"], "cv": opts["cv"], "folds": result["folds"], "seed": opts["seed"],
+        "fields": list(opts["fields"]), "fields_not_informed": list(idle["global"]), "n": len(rows.ids),
+        "gpus": sorted(set(gpus)), "cv_mape_before": result["cv_mape_before"], "cv_mape_after": result["cv_mape_after"],
+        "in_sample_mape": result["in_sample_mape"],
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "mlflow_run_id": run_id}
+    calibration.save(out_path)
+    result["calibration_sha256"] = calibration.sha256
+    if client is not None:
+        params = {"data": result["data"], "data_sha256": result["data_sha256"], "fit": opts["fit"], "cv": opts["cv"],
+                  "folds": result["folds"], "seed": opts["seed"], "n": len(rows.ids), "fields": ",".join(opts["fields"]),
+                  "fields_not_informed": ",".join(idle["global"]), "calibration_sha256": calibration.sha256}
+        metrics = {k: result[k] for k in ("cv_mape_before", "cv_mape_after", "cv_max_abs_error_before",
+                                          "cv_max_abs_error_after", "in_sample_mape")}
+        if _log_run(client, run_id, params, metrics, out_path):
+            result.update(mlflow_run_id=run_id, tracking_uri=uri, mlflow_ui=ui_command(uri))
+    result["elapsed_s"] = time.perf_counter() - started
+    if opts["output"] == "json":
+        print(json.dumps(result))
+    else:
+        print(_table(result))
+    return 0

@@ -1,0 +1,131 @@
+"""analytical.step.memory: bytes per parameter (ZeRO, Rajbhandari et al. 2020), sharding, activations in flight."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from analytical import MappingSpec, evaluate
+from analytical.step.memory import (
+    MEMORY_PARTS,
+    RUNTIME_RESERVE_BYTES,
+    in_flight_micro_batches,
+    memory_breakdown,
+    params_per_device,
+)
+from analytical.step.workload import activation_bytes_per_layer, total_params
+
+
+def test_parts_sum_to_the_total(a100, make_system, design, gpt3, mixtral, lstm, gemm_model):
+    for model, mapping in ((gpt3, MappingSpec(tp=8, pp=16, global_batch_size=1536, zero_stage=1)),
+                           (mixtral, MappingSpec(tp=2, ep=4, global_batch_size=256)),
+                           (lstm, MappingSpec(global_batch_size=64, precision="fp32")),
+                           (gemm_model, MappingSpec(precision="tf32"))):
+        d = design(a100, make_system(1024), model, mapping)
+        result = evaluate(d)
+        parts = result.memory_breakdown_bytes
+        assert tuple(parts) == MEMORY_PARTS
+        assert torch.allclose(sum(parts.values()), result.memory_per_device_bytes, rtol=1e-12, atol=0)
+        assert all(float(v[0]) >= 0 for v in parts.values())
+        assert float(parts["runtime_reserve"][0]) == RUNTIME_RESERVE_BYTES
+
+
+@pytest.mark.parametrize("model_name", ["gpt3", "llama7b", "mixtral"])
+def test_one_device_holds_every_parameter(a100, system, design, request, model_name):
+    d = design(a100, system, request.getfixturevalue(model_name), MappingSpec())
+    assert float(params_per_device(d)[0]) == pytest.approx(float(total_params(d)[0]), rel=1e-12)
+
+
+@pytest.mark.parametrize("tp", [2, 8])
+def test_tensor_parallel_splits_parameters(a100, system, design, gpt3, tp):
+    d = design(a100, system, gpt3, MappingSpec(tp=tp))
+    assert float(params_per_device(d)[0]) == pytest.approx(float(total_params(d)[0]) / tp, rel=1e-12)
+
+
+def test_expert_parallel_splits_only_experts(a100, make_system, design, mixtral):
+    one = float(params_per_device(design(a100, make_system(8), mixtral, MappingSpec(ep=1)))[0])
+    eight = float(params_per_device(design(a100, make_system(8), mixtral, MappingSpec(ep=8)))[0])
+    expert_params = 32 * 8 * 3 * 4096 * 14336
+    assert one - eight == pytest.approx(expert_params * (1 - 1 / 8), rel=1e-12)
+
+
+def test_pipeline_stage_holds_its_layers_and_an_embedding(a100, make_system, design, gpt3):
+    d = design(a100, make_system(1024), gpt3, MappingSpec(tp=8, pp=16))
+    L, h, V, s = 96, 12288, 51200, 2048
+    layer = 12 * h * h + 13 * h
+    want = (L / 16 * layer + (V + s) * h) / 8
+    assert float(params_per_device(d)[0]) == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize("precision,weights,grads,optimizer", [
+    ("bf16", 2, 4, 12),  # Megatron: bf16 weights, fp32 main grads, fp32 master + Adam moments
+    ("fp16", 2, 2, 12),  # ZeRO paper: 2 + 2 + 12 = 16 bytes/param
+    ("fp32", 4, 4, 8),
+    ("tf32", 4, 4, 8),
+    ("fp8", 3, 4, 12),
+])
+def test_bytes_per_parameter(h100, system, design, llama7b, precision, weights, grads, optimizer):
+    d = design(h100, system, llama7b, MappingSpec(precision=precision))
+    parts = memory_breakdown(d)
+    params = float(params_per_device(d)[0])
+    assert float(parts["weights"][0]) == pytest.approx(weights * params, rel=1e-12)
+    assert float(parts["gradients"][0]) == pytest.approx(grads * params, rel=1e-12)
+    assert float(parts["optimizer"][0]) == pytest.approx(optimizer * params, rel=1e-12)
+
+
+def test_zero_stages_shard_what_they_promise(a100, make_system, design, llama7b):
+    dp = 64
+    parts = [memory_breakdown(design(a100, make_system(dp), llama7b, MappingSpec(zero_stage=z, global_batch_size=dp)))
+             for z in range(4)]
+    p = float(params_per_device(design(a100, make_system(dp), llama7b, MappingSpec()))[0])
+    opt = [float(x["optimizer"][0]) for x in parts]
+    grads = [float(x["gradients"][0]) for x in parts]
+    weights = [float(x["weights"][0]) for x in parts]
+    assert opt == pytest.approx([12 * p, 12 * p / dp, 12 * p / dp, 12 * p / dp], rel=1e-12)
+    assert grads == pytest.approx([4 * p, 4 * p, 4 * p / dp, 4 * p / dp], rel=1e-12)
+    assert weights == pytest.approx([2 * p, 2 * p, 2 * p, 2 * p / dp], rel=1e-12)
+    totals = [float(sum(x.values())[0]) for x in parts]
+    assert totals[0] > totals[1] > totals[2] > totals[3]
+
+
+def test_distributed_optimizer_is_zero1(a100, make_system, design, llama7b):
+    z1 = memory_breakdown(design(a100, make_system(16), llama7b, MappingSpec(zero_stage=1, global_batch_size=16)))
+    do = memory_breakdown(design(a100, make_system(16), llama7b,
+                                 MappingSpec(distributed_optimizer=True, global_batch_size=16)))
+    for part in MEMORY_PARTS:
+        assert torch.equal(z1[part], do[part]), part
+
+
+def test_recompute_reduces_activation_memory(a100, make_system, design, gpt3):
+    acts = []
+    for recompute in ("none", "selective", "full"):
+        d = design(a100, make_system(1024), gpt3, MappingSpec(tp=8, pp=16, global_batch_size=1536,
+                                                                recompute=recompute, flash_attention=False))
+        acts.append(float(memory_breakdown(d)["activations"][0]))
+    assert acts[0] > acts[1] > acts[2] > 0
+
+
+def test_first_stage_holds_pp_micro_batches(a100, make_system, design, gpt3):
+    """1F1B: the first stage keeps min(m, pp) micro-batches in flight (Narayanan et al. 2021)."""
+    for gbs, want in ((1536, 16), (64, 8), (8, 1)):
+        d = design(a100, make_system(1024), gpt3, MappingSpec(tp=8, pp=16, global_batch_size=gbs))
+        assert float(in_flight_micro_batches(d)[0]) == want
+        per_layer = float(activation_bytes_per_layer(d)[0])
+        logits = float(memory_breakdown(d)["activations"][0]) - per_layer * 96 / 16 * want
+        assert 0 < logits < per_layer  # only the output-layer buffers are left
+
+
+def test_interleaving_raises_in_flight_activations(a100, make_system, design, gpt3):
+    """Korthikanti et al. 2022 sec. 4.2.3: interleaving multiplies the first stage's activations by
+    1 + (p - 1) / (p v)."""
+    plain = design(a100, make_system(1024), gpt3, MappingSpec(tp=8, pp=16, global_batch_size=1536))
+    inter = design(a100, make_system(1024), gpt3, MappingSpec(tp=8, pp=16, vp=2, global_batch_size=1536))
+    ratio = float(in_flight_micro_batches(inter)[0]) / float(in_flight_micro_batches(plain)[0])
+    assert ratio == pytest.approx(1 + 15 / 32, rel=1e-12)
+
+
+def test_memory_does_not_depend_on_bandwidths(a100, make_system, design, gpt3, replace):
+    base = evaluate(design(a100, make_system(64), gpt3, MappingSpec(tp=8, pp=8, global_batch_size=64)))
+    fast = evaluate(design(replace(a100, hbm_bw_gb_per_s=4000.0, scale_out_gbit_per_s=800.0), make_system(64),
+                           gpt3, MappingSpec(tp=8, pp=8, global_batch_size=64)))
+    assert torch.equal(base.memory_per_device_bytes, fast.memory_per_device_bytes)

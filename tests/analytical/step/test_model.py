@@ -1,0 +1,380 @@
+"""analytical.step.model.evaluate: composition, batching, robustness and monotonicity of one training step."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from analytical import TIME_PARTS, DesignBatch, MappingSpec, Reason, evaluate, single_design, stack_designs
+from analytical.codes import RECOMPUTE_CODES
+from analytical.step.feasibility import peak_for_precision
+from analytical.step.workload import layer_gemms, logit_gemm_flops
+
+
+def check_sum(result, rel=1e-12):
+    parts = result.time_breakdown_s
+    assert tuple(parts) == TIME_PARTS
+    total = sum(parts.values())
+    assert torch.allclose(total, result.step_time_s, rtol=rel, atol=0)
+
+
+def mixed_cases(a100, h100, make_system, gpt3, llama7b, mixtral, lstm, gemm_model, small_gpt):
+    return [
+        (a100, make_system(1024), gpt3, MappingSpec(tp=8, pp=16, global_batch_size=1536, recompute="selective",
+                                                    sequence_parallel=True)),
+        (a100, make_system(8), llama7b, MappingSpec(tp=8, global_batch_size=64, precision="fp16",
+                                                    distributed_optimizer=True, overlap_dp_comm=True)),
+        (h100, make_system(64), mixtral, MappingSpec(tp=2, pp=4, ep=8, global_batch_size=512, precision="fp8",
+                                                     recompute="full", vp=2)),
+        (a100, make_system(1), lstm, MappingSpec(global_batch_size=64, micro_batch_size=8, precision="fp32")),
+        (h100, make_system(1), gemm_model, MappingSpec(precision="tf32")),
+        (h100, make_system(32), small_gpt, MappingSpec(tp=2, cp=2, global_batch_size=256, zero_stage=3,
+                                                       flash_attention=False, overlap_tp_comm=True)),
+        (a100, make_system(8), gpt3, MappingSpec(tp=8, global_batch_size=8)),  # out of memory
+        (a100, make_system(16), lstm, MappingSpec(tp=2, global_batch_size=64)),  # unsupported mapping
+    ]
+
+
+@pytest.fixture
+def cases(a100, h100, make_system, gpt3, llama7b, mixtral, lstm, gemm_model, small_gpt):
+    return mixed_cases(a100, h100, make_system, gpt3, llama7b, mixtral, lstm, gemm_model, small_gpt)
+
+
+def test_breakdown_sums_to_step_time(cases):
+    result = evaluate(stack_designs(*map(list, zip(*cases))))
+    check_sum(result)
+    for part, value in result.time_breakdown_s.items():
+        assert torch.all(value >= 0), part
+    row = result.row(0)
+    assert sum(row["breakdown"].values()) == pytest.approx(row["step_time_s"], rel=1e-12)
+
+
+def test_batch_of_mixed_designs_equals_each_alone(cases):
+    batch = evaluate(stack_designs(*map(list, zip(*cases))))
+    assert batch.step_time_s.shape == (len(cases),)
+    for i, case in enumerate(cases):
+        alone = evaluate(single_design(*case))
+        for name in ("step_time_s", "memory_per_device_bytes", "mfu", "hfu", "tokens_per_s", "model_flops"):
+            torch.testing.assert_close(getattr(batch, name)[i:i + 1], getattr(alone, name), rtol=1e-12, atol=0,
+                                       msg=f"design {i}: {name}")
+        assert torch.equal(batch.reason[i:i + 1], alone.reason)
+        assert torch.equal(batch.feasible[i:i + 1], alone.feasible)
+        for part in TIME_PARTS:
+            torch.testing.assert_close(batch.time_breakdown_s[part][i:i + 1], alone.time_breakdown_s[part],
+                                       rtol=1e-12, atol=0, msg=f"design {i}: {part}")
+        for part, value in alone.memory_breakdown_bytes.items():
+            torch.testing.assert_close(batch.memory_breakdown_bytes[part][i:i + 1], value, rtol=1e-12, atol=0)
+    # the mix really is mixed: every workload kind and several reasons
+    assert set(batch.reason.tolist()) >= {Reason.OK, Reason.OUT_OF_MEMORY, Reason.MAPPING_UNSUPPORTED_BY_MODEL}
+
+
+def test_expand_index_and_cat_preserve_results(cases):
+    batch = stack_designs(*map(list, zip(*cases)))
+    full = evaluate(batch)
+    repeated = evaluate(batch.index(slice(0, 1)).expand(5))
+    assert torch.equal(repeated.step_time_s, full.step_time_s[:1].expand(5))
+    order = torch.tensor([3, 0, 2])
+    assert torch.equal(evaluate(batch.index(order)).step_time_s, full.step_time_s[order])
+    rebuilt = DesignBatch.cat([batch.index(slice(0, 2)), batch.index(slice(2, None))])
+    assert torch.equal(evaluate(rebuilt).step_time_s, full.step_time_s)
+
+
+def test_random_designs_are_finite(random_designs_100k):
+    d = random_designs_100k
+    result = evaluate(d)
+    outputs = {"step_time_s": result.step_time_s, "memory": result.memory_per_device_bytes, "mfu": result.mfu,
+               "hfu": result.hfu, "tokens_per_s": result.tokens_per_s, "model_flops": result.model_flops}
+    outputs.update({f"time:{k}": v for k, v in result.time_breakdown_s.items()})
+    outputs.update({f"memory:{k}": v for k, v in result.memory_breakdown_bytes.items()})
+    for name, value in outputs.items():
+        assert value.shape == (d.batch_size,), name
+        assert value.dtype == torch.float64, name
+        bad = ~torch.isfinite(value)
+        assert not bad.any(), f"{name}: {int(bad.sum())} non-finite, e.g. design {int(bad.nonzero()[0])}"
+        assert torch.all(value >= 0), name
+    assert torch.all(result.step_time_s > 0)
+    assert torch.all(result.memory_per_device_bytes > 0)
+    check_sum(result, rel=1e-9)
+    # the sample covers both answers and many reasons
+    feasible = result.feasible
+    # (random chips often draw more than their random budget: few of the 100k are feasible)
+    assert int(feasible.sum()) > 100 and float(feasible.double().mean()) < 0.99
+    assert len(set(result.reason.tolist())) >= 8
+    assert torch.all((result.reason >= 0) & (result.reason <= max(Reason)))
+
+
+def test_random_feasible_designs_have_mfu_below_one(random_designs_100k):
+    """GEMM-kind designs are left out here; `test_gemm_mfu_does_not_depend_on_micro_batch_size` covers them."""
+    d = random_designs_100k
+    result = evaluate(d)
+    keep = result.feasible & (d.kind < 2)
+    assert int(keep.sum()) > 100
+    assert torch.all(result.mfu[keep] > 0)
+    assert torch.all(result.mfu[keep] < 1), float(result.mfu[keep].max())
+    assert torch.all(result.hfu[keep] >= result.mfu[keep] * (1 - 1e-12))
+
+
+def assert_never_slower(base, changed, what, rel=1e-12):
+    worse = changed.step_time_s > base.step_time_s * (1 + rel)
+    assert not worse.any(), f"{what}: {int(worse.sum())} designs got slower, e.g. {int(worse.nonzero()[0])}"
+
+
+def test_doubling_hbm_bandwidth_never_increases_step_time(random_designs_20k):
+    d = random_designs_20k
+    base = evaluate(d)
+    faster = evaluate(d.replace(hbm_bw_bytes_per_s=2 * d.hbm_bw_bytes_per_s))
+    assert_never_slower(base, faster, "2x HBM bandwidth")
+    assert (faster.step_time_s < base.step_time_s).float().mean() > 0.5
+
+
+def test_doubling_nic_bandwidth_never_increases_step_time(random_designs_20k):
+    d = random_designs_20k
+    base = evaluate(d)
+    faster = evaluate(d.replace(scale_out_bw_bytes_per_s=2 * d.scale_out_bw_bytes_per_s))
+    assert_never_slower(base, faster, "2x NIC bandwidth")
+    assert (faster.step_time_s < base.step_time_s).any()
+
+
+def test_doubling_scale_up_bandwidth_never_increases_step_time(random_designs_20k):
+    d = random_designs_20k
+    base = evaluate(d)
+    faster = evaluate(d.replace(scale_up_bw_bytes_per_s=2 * d.scale_up_bw_bytes_per_s))
+    assert_never_slower(base, faster, "2x scale-up bandwidth")
+    assert (faster.step_time_s < base.step_time_s).any()
+
+
+def test_doubling_peak_flops_never_increases_step_time(random_designs_20k):
+    d = random_designs_20k
+    base = evaluate(d)
+    peaks = ("peak_fp32_flops_per_s", "peak_tf32_flops_per_s", "peak_fp16_flops_per_s", "peak_bf16_flops_per_s",
+             "peak_fp8_flops_per_s")
+    faster = evaluate(d.replace(**{p: 2 * getattr(d, p) for p in peaks}))
+    assert_never_slower(base, faster, "2x peak FLOP/s")
+
+
+def test_faster_memory_and_launches_never_increase_step_time(random_designs_20k):
+    d = random_designs_20k
+    base = evaluate(d)
+    assert_never_slower(base, evaluate(d.replace(sram_bw_bytes_per_s=2 * d.sram_bw_bytes_per_s)), "2x SRAM bandwidth")
+    assert_never_slower(base, evaluate(d.replace(kernel_launch_s=0.5 * d.kernel_launch_s)), "half launch latency")
+    assert_never_slower(base, evaluate(d.replace(scale_out_latency_s=0.5 * d.scale_out_latency_s,
+                                                 scale_up_latency_s=0.5 * d.scale_up_latency_s)), "half link latency")
+
+
+def test_more_recompute_never_reduces_time(random_designs_20k):
+    d = random_designs_20k
+    times = [evaluate(d.replace(recompute=float(RECOMPUTE_CODES[r]))).step_time_s
+             for r in ("none", "selective", "full")]
+    assert torch.all(times[0] <= times[1] * (1 + 1e-12))
+    assert torch.all(times[1] <= times[2] * (1 + 1e-12))
+    # full recompute is strictly slower unless it hides behind exposed (ZeRO-3) communication
+    assert float((times[0] < times[2]).double().mean()) > 0.9
+
+
+@pytest.mark.parametrize("flash", [True, False])
+def test_recompute_order_on_gpt3(a100, make_system, gpt3, run, flash):
+    times, memory = [], []
+    for recompute in ("none", "selective", "full"):
+        result = run(a100, make_system(1024), gpt3, MappingSpec(tp=8, pp=16, global_batch_size=1536,
+                                                                 recompute=recompute, flash_attention=flash))
+        times.append(float(result.step_time_s[0]))
+        memory.append(float(result.memory_per_device_bytes[0]))
+    assert times[0] <= times[1] < times[2]
+    assert memory[0] >= memory[1] > memory[2]
+    if not flash:  # selective recompute redoes the unfused attention core
+        assert times[0] < times[1] and memory[0] > memory[1]
+
+
+def test_overlap_never_increases_step_time(random_designs_20k):
+    d = random_designs_20k
+    for flag in ("overlap_dp_comm", "overlap_tp_comm", "overlap_pp_comm"):
+        off = evaluate(d.replace(**{flag: 0.0}))
+        on = evaluate(d.replace(**{flag: 1.0}))
+        assert_never_slower(off, on, flag)
+        assert (on.step_time_s < off.step_time_s).any(), flag
+
+
+REALISTIC = [  # (accelerator fixture, devices, model fixture, mapping)
+    ("a100", 1024, "gpt3", dict(tp=8, pp=16, global_batch_size=1536, recompute="selective", sequence_parallel=True)),
+    ("a100", 1024, "gpt3", dict(tp=8, pp=8, vp=2, global_batch_size=1536, recompute="full")),
+    ("a100", 8, "llama7b", dict(tp=8, global_batch_size=64)),
+    ("h100", 64, "llama7b", dict(tp=1, pp=1, zero_stage=1, global_batch_size=512, micro_batch_size=1)),
+    ("h100", 64, "mixtral", dict(tp=2, pp=4, ep=8, global_batch_size=512, recompute="full")),
+    ("h100", 512, "llama_gqa", dict(tp=8, pp=4, global_batch_size=1024, sequence_parallel=True)),
+    ("a100", 16, "small_gpt", dict(tp=2, pp=2, global_batch_size=64)),
+    ("a100", 8, "lstm", dict(global_batch_size=512, micro_batch_size=64, precision="fp16")),
+]
+
+
+@pytest.mark.parametrize("acc,devices,model,mapping", REALISTIC)
+def test_mfu_of_realistic_designs(request, make_system, run, acc, devices, model, mapping):
+    result = run(request.getfixturevalue(acc), make_system(devices), request.getfixturevalue(model),
+                 MappingSpec(**mapping))
+    assert bool(result.feasible[0]), result.row(0)["reason"]
+    mfu, hfu = float(result.mfu[0]), float(result.hfu[0])
+    assert 0.0 < mfu < 1.0
+    assert float(result.tokens_per_s[0]) > 0
+    assert mfu <= hfu < 1.0
+    recomputes = mapping.get("recompute", "none") == "full" or (
+        mapping.get("recompute") == "selective" and not mapping.get("flash_attention", True))
+    if recomputes:
+        assert hfu > mfu
+    else:  # nothing, or selective recompute under flash attention (a no-op there)
+        assert hfu == mfu
+
+
+def test_metrics_are_consistent(cases):
+    d = stack_designs(*map(list, zip(*cases)))
+    result = evaluate(d)
+    peak = peak_for_precision(d)
+    supported = peak > 0
+    want_mfu = result.model_flops / (result.step_time_s * d.num_devices * peak)
+    torch.testing.assert_close(result.mfu[supported], want_mfu[supported], rtol=1e-12, atol=0)
+    torch.testing.assert_close(result.tokens_per_s, d.global_batch_size * d.seq_length / result.step_time_s,
+                               rtol=1e-12, atol=0)
+
+
+def test_parallel_parts_vanish_without_their_parallelism(a100, make_system, small_gpt, run):
+    result = run(a100, make_system(1), small_gpt, MappingSpec(global_batch_size=8))
+    parts = result.row(0)["breakdown"]
+    for part in ("tp_comm", "cp_comm", "ep_comm", "pipeline_bubble", "pp_p2p", "dp_comm", "recompute"):
+        assert parts[part] == 0.0, part
+    assert parts["forward_compute"] > 0 and parts["backward_compute"] > parts["forward_compute"]
+    assert parts["optimizer"] > 0
+
+
+def test_pipeline_bubble_fraction(a100, make_system, gpt3, run):
+    """Narayanan et al. 2021: bubble / ideal time = (p - 1) / (v m) for balanced stages."""
+    for pp, vp, gbs in ((8, 1, 64), (8, 2, 64), (16, 1, 256)):
+        result = run(a100, make_system(8 * pp), gpt3, MappingSpec(tp=8, pp=pp, vp=vp, global_batch_size=gbs))
+        parts = result.row(0)["breakdown"]
+        steady = sum(parts[k] for k in ("forward_compute", "backward_compute", "recompute", "tp_comm"))
+        m = gbs
+        want = (pp - 1) / (vp * m)
+        # the last stage also runs the output layer, so the steady part is a little above the mean stage
+        assert 0.9 * want <= parts["pipeline_bubble"] / steady <= want * (1 + 1e-12)
+
+
+def test_more_micro_batches_shrink_the_bubble_share(a100, make_system, gpt3, run):
+    shares = []
+    for gbs in (16, 64, 256):
+        result = run(a100, make_system(64), gpt3, MappingSpec(tp=8, pp=8, global_batch_size=gbs))
+        shares.append(float(result.time_breakdown_s["pipeline_bubble"][0] / result.step_time_s[0]))
+    assert shares[0] > shares[1] > shares[2]
+
+
+def test_bigger_tensor_parallel_group_across_nodes_costs_more(a100, make_system, gpt3, run):
+    inside = run(a100, make_system(64), gpt3, MappingSpec(tp=8, pp=8, global_batch_size=64))
+    across = run(a100, make_system(64), gpt3, MappingSpec(tp=16, pp=4, global_batch_size=64))
+    assert float(across.time_breakdown_s["tp_comm"][0]) > float(inside.time_breakdown_s["tp_comm"][0])
+
+
+def test_h100_is_faster_than_a100(a100, h100, make_system, gpt3, run):
+    mapping = MappingSpec(tp=8, pp=16, global_batch_size=1536, recompute="selective", sequence_parallel=True)
+    assert float(run(h100, make_system(1024), gpt3, mapping).step_time_s[0]) < float(
+        run(a100, make_system(1024), gpt3, mapping).step_time_s[0])
+
+
+# ---- regressions: each of these failed on an earlier version of analytical/ ------------------------
+
+def test_single_node_without_nic_is_finite(a100, make_system, small_gpt, replace, run):
+    """A device without a scale-out NIC (`scale_out_gbit_per_s = 0`, accepted by
+    `AcceleratorSpec.validate`) in a single 8-device node never sends a byte over the NIC, so it
+    must train exactly as fast as the same node with a NIC (was NaN: 0 * inf in single-rank
+    collectives and in the pp_p2p of pp = 1 designs)."""
+    no_nic = replace(a100, scale_out_gbit_per_s=0.0).validate()
+    for mapping in (MappingSpec(tp=1, global_batch_size=64), MappingSpec(tp=8, global_batch_size=64),
+                    MappingSpec(tp=2, pp=2, global_batch_size=64)):
+        with_nic = run(a100, make_system(8), small_gpt, mapping)
+        without = run(no_nic, make_system(8), small_gpt, mapping)
+        assert torch.isfinite(without.step_time_s).all(), without.row(0)["breakdown"]
+        torch.testing.assert_close(without.step_time_s, with_nic.step_time_s, rtol=1e-12, atol=0)
+        assert bool(without.feasible[0])
+
+
+@pytest.mark.parametrize("mbs", [1, 8])
+def test_gemm_model_flops_match_the_executed_gemms(a100, make_system, gemm_model, design, mbs):
+    """A `gemm` model's model FLOPs are 3x (forward + dgrad + wgrad) the GEMMs the step executes, so
+    its MFU stays below 1 for any micro-batch size (was 6.5 at micro_batch_size = 8: the GEMM table
+    ignored the micro-batch while model FLOPs counted every sample)."""
+    d = design(a100, make_system(1), gemm_model, MappingSpec(micro_batch_size=mbs, global_batch_size=16))
+    result = evaluate(d)
+    micro_batches = 16 / mbs
+    executed_forward = float(layer_gemms(d).flops()[0]) * micro_batches
+    assert float(result.model_flops[0]) == pytest.approx(3.0 * executed_forward, rel=1e-12)
+    assert bool(result.feasible[0])
+    assert 0.0 < float(result.mfu[0]) < 1.0, float(result.mfu[0])
+
+
+def test_model_flops_match_the_executed_gemms_for_lstm(a100, make_system, lstm, design):
+    d = design(a100, make_system(1), lstm, MappingSpec(micro_batch_size=8, global_batch_size=64))
+    forward = (float(layer_gemms(d).flops()[0]) * 2 + float(logit_gemm_flops(d)[0])) * 8  # 2 layers, 8 micro-batches
+    assert float(evaluate(d).model_flops[0]) == pytest.approx(3.0 * forward, rel=1e-12)
+
+
+def test_pipeline_spanning_two_nodes_pays_the_nic(a100, make_system, replace, make_gpt, run):
+    """tp=4, pp=4 on two 8-device nodes: stages 0-1 sit on node 0 (ranks 0-7), stages 2-3 on node 1
+    (ranks 8-15), so the activations between stages 1 and 2 cross the scale-out network for every
+    micro-batch: the pipeline point-to-point time must depend on the NIC (it did not when the link
+    was chosen from the stride alone)."""
+    model = make_gpt(8, 4096, 32, 32000, 2048)
+    mapping = MappingSpec(tp=4, pp=4, global_batch_size=16)
+    fast = run(a100, make_system(16), model, mapping)
+    slow = run(replace(a100, scale_out_gbit_per_s=25.0), make_system(16), model, mapping)
+    assert float(slow.time_breakdown_s["pp_p2p"][0]) > float(fast.time_breakdown_s["pp_p2p"][0])
+    # a pipeline inside one node does not
+    inside = MappingSpec(tp=2, pp=4, global_batch_size=16)
+    assert torch.equal(run(a100, make_system(8), model, inside).time_breakdown_s["pp_p2p"],
+                       run(replace(a100, scale_out_gbit_per_s=25.0), make_system(8), model, inside)
+                       .time_breakdown_s["pp_p2p"])
+
+
+def test_faster_compute_never_slows_a_step_with_overlapped_dp_comm(a100, make_system, small_gpt, replace, run):
+    """Doubling peak FLOP/s must not make a step slower. With overlap_dp_comm and overlap_tp_comm and
+    the tensor-parallel all-reduces as the bottleneck (tp=16 across two nodes), faster GEMMs leave the
+    backward pass as long as before; the data-parallel reduction must still hide behind that whole
+    backward pass (it hid behind backward *compute* only, so the step got ~10% slower)."""
+    mapping = MappingSpec(tp=16, global_batch_size=2, overlap_dp_comm=True, overlap_tp_comm=True)
+    base = run(a100, make_system(32), small_gpt, mapping)
+    faster = run(replace(a100, peak_tflops_fp16=624.0, peak_tflops_bf16=624.0), make_system(32), small_gpt, mapping)
+    assert bool(base.feasible[0]) and bool(faster.feasible[0])
+    assert float(faster.step_time_s[0]) <= float(base.step_time_s[0]), (base.row(0)["breakdown"],
+                                                                          faster.row(0)["breakdown"])
+
+
+def test_faster_compute_never_slows_tp_plus_cp_with_unfused_attention(a100, make_system, make_gpt, replace, run):
+    """Doubling peak FLOP/s must not make a step slower. With unfused attention, the score/value GEMMs
+    must not serve as an overlap window twice (for tensor-parallel overlap and for context-parallel
+    ring attention): when both are exposed, shrinking those GEMMs would expose their time twice."""
+    model = make_gpt(4, 4096, 32, 32000, 16384)
+    system_ = make_system(4, devices_per_node=2, scale_up_domain=2)  # tp inside a node, cp across nodes
+    slow_links = replace(a100, scale_up_bw_gb_per_s=2.0, scale_out_gbit_per_s=25.0)
+    mapping = MappingSpec(tp=2, cp=2, global_batch_size=1, flash_attention=False, overlap_tp_comm=True)
+    base = run(slow_links, system_, model, mapping)
+    faster = run(replace(slow_links, peak_tflops_fp16=624.0, peak_tflops_bf16=624.0), system_, model, mapping)
+    assert bool(base.feasible[0]) and bool(faster.feasible[0])
+    assert float(base.time_breakdown_s["cp_comm"][0]) > 0.0  # context-parallel exchange is exposed
+    assert float(faster.step_time_s[0]) <= float(base.step_time_s[0]), (base.row(0)["breakdown"],
+                                                                          faster.row(0)["breakdown"])
+
+
+def test_selective_recompute_with_flash_attention_claims_no_extra_hardware_flops(a100, make_system, make_gpt, run):
+    """With flash attention nothing of the attention core is stored, so selective recompute re-runs
+    the cheap modules instead (norms, MLP activation: memory-bound, no FLOPs counted): a little more
+    time, less memory. The hardware FLOPs, and so HFU, must then be the same; HFU can never exceed 1.
+
+    `evaluate` adds the full (unfused, non-causal) attention square to the HFU numerator for every
+    selective-recompute design (`selective * core_flops_seq`), whether or not its time is charged: on
+    this long-sequence model HFU comes out at ~1.03 while MFU is ~0.81."""
+    model = make_gpt(8, 1024, 8, 32000, 32768)
+    none = run(a100, make_system(1), model, MappingSpec(global_batch_size=1, recompute="none"))
+    selective = run(a100, make_system(1), model, MappingSpec(global_batch_size=1, recompute="selective"))
+    assert bool(none.feasible[0]) and bool(selective.feasible[0])
+    recompute = float(selective.time_breakdown_s["recompute"][0])
+    assert 0.0 < recompute < 0.05 * float(none.step_time_s[0])
+    assert float(selective.step_time_s[0]) == pytest.approx(float(none.step_time_s[0]) + recompute, rel=1e-9)
+    assert float(selective.memory_per_device_bytes[0]) < float(none.memory_per_device_bytes[0])
+    assert float(selective.hfu[0]) <= 1.0, float(selective.hfu[0])
+    # the same hardware FLOPs: HFU x step time agrees
+    assert float(selective.hfu[0] * selective.step_time_s[0]) == pytest.approx(
+        float(none.hfu[0] * none.step_time_s[0]), rel=1e-12)

@@ -1,0 +1,243 @@
+"""analytical.step.workload against the papers' closed forms.
+
+Narayanan et al. 2021 ("Efficient large-scale language model training on GPU clusters using
+Megatron-LM"): FLOPs per iteration (eq. 3) and the GPT parameter count; Korthikanti et al. 2022
+("Reducing activation recomputation in large transformer models"), Table 2: activation memory per
+layer.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from analytical import MappingSpec, ModelSpec
+from analytical.step.workload import (
+    GEMM_SLOTS,
+    activation_bytes_per_layer,
+    active_params,
+    attention_core_flops,
+    gemm_bytes_per_element,
+    layer_gemms,
+    model_flops_per_step,
+    total_params,
+)
+
+
+def rel_close(got: float, want: float, rel: float) -> bool:
+    return abs(got - want) <= rel * abs(want)
+
+
+GPT_SHAPES = [  # (layers, hidden, heads, vocab, seq, global batch)
+    (96, 12288, 96, 51200, 2048, 1536),  # GPT-3 175B
+    (24, 2048, 16, 51200, 2048, 512),  # GPT-3 XL-like
+    (40, 5120, 40, 50257, 1024, 8),
+    (2, 64, 4, 1000, 128, 3),
+]
+
+
+@pytest.mark.parametrize("L,h,a,V,s,B", GPT_SHAPES)
+def test_model_flops_match_narayanan_eq3(a100, system, design, make_gpt, L, h, a, V, s, B):
+    d = design(a100, system, make_gpt(L, h, a, V, s), MappingSpec(global_batch_size=B))
+    want = 72.0 * B * s * L * h**2 * (1.0 + s / (6.0 * h) + V / (12.0 * L * h))
+    got = float(model_flops_per_step(d)[0])
+    assert rel_close(got, want, 1e-9), (got, want)
+
+
+@pytest.mark.parametrize("mapping", [
+    MappingSpec(tp=8, pp=4, cp=2, micro_batch_size=4, global_batch_size=64, flash_attention=True),
+    MappingSpec(tp=2, micro_batch_size=2, global_batch_size=64, flash_attention=False, sequence_parallel=True,
+                recompute="full"),
+])
+def test_model_flops_do_not_depend_on_the_mapping(a100, system, design, gpt3, mapping):
+    base = model_flops_per_step(design(a100, system, gpt3, MappingSpec(global_batch_size=64)))
+    other = model_flops_per_step(design(a100, system, gpt3, mapping))
+    assert torch.allclose(base, other, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("L,h,a,V,s,B", GPT_SHAPES)
+def test_gpt_params_match_narayanan(a100, system, design, make_gpt, L, h, a, V, s, B):
+    d = design(a100, system, make_gpt(L, h, a, V, s), MappingSpec())
+    want = 12.0 * L * h**2 * (1.0 + 13.0 / (12.0 * h) + (V + s) / (12.0 * L * h))
+    got = float(total_params(d)[0])
+    assert rel_close(got, want, 1e-9), (got, want)
+    assert float(active_params(d)[0]) == got  # dense: every parameter is active
+
+
+def test_gpt3_is_175b(a100, system, design, gpt3):
+    assert rel_close(float(total_params(design(a100, system, gpt3, MappingSpec()))[0]), 175e9, 0.01)
+
+
+def test_llama2_7b_params(a100, system, design, llama7b):
+    assert rel_close(float(total_params(design(a100, system, llama7b, MappingSpec()))[0]), 6.74e9, 0.01)
+
+
+def test_gqa_has_fewer_params_than_mha(a100, system, design, llama_gqa, replace):
+    gqa = float(total_params(design(a100, system, llama_gqa, MappingSpec()))[0])
+    mha = float(total_params(design(a100, system, replace(llama_gqa, num_kv_heads=None), MappingSpec()))[0])
+    h, L, kv, a = 8192, 80, 8, 64
+    assert gqa < mha
+    # K and V projections shrink from h x h to h x (kv * h / a) each, in every layer
+    assert rel_close(mha - gqa, L * 2.0 * h * (h - kv * h / a), 1e-12)
+    assert rel_close(gqa, 69.0e9, 0.01)  # LLaMA-2-70B
+
+
+def test_mixtral_total_and_active_params(a100, system, design, mixtral):
+    d = design(a100, system, mixtral, MappingSpec())
+    total, active = float(total_params(d)[0]), float(active_params(d)[0])
+    assert active < total
+    assert rel_close(total, 46.7e9, 0.03), total
+    assert rel_close(active, 12.9e9, 0.03), active
+
+
+def test_moe_with_all_experts_active_is_dense_in_params(a100, system, design, mixtral, replace):
+    d = design(a100, system, replace(mixtral, top_k=8), MappingSpec())
+    assert float(active_params(d)[0]) == pytest.approx(float(total_params(d)[0]), rel=1e-12)
+
+
+def test_moe_flops_scale_with_top_k_not_num_experts(a100, system, design, mixtral, replace):
+    f2 = float(model_flops_per_step(design(a100, system, mixtral, MappingSpec()))[0])
+    f2_64 = float(model_flops_per_step(design(a100, system, replace(mixtral, num_experts=64), MappingSpec()))[0])
+    f1 = float(model_flops_per_step(design(a100, system, replace(mixtral, top_k=1), MappingSpec()))[0])
+    assert f1 < f2
+    # the expert FFN work depends on top_k; only the (tiny) router grows with num_experts
+    assert f2_64 > f2
+    assert rel_close(f2_64, f2, 0.01)
+
+
+def test_lstm_params_and_flops(a100, system, design, lstm):
+    L, h, V, s, B = 2, 1024, 10000, 128, 32
+    d = design(a100, system, lstm, MappingSpec(global_batch_size=B, precision="fp32"))
+    assert float(total_params(d)[0]) == pytest.approx(L * (8 * h * h + 8 * h) + 2 * V * h, rel=1e-12)
+    # 4 gates x (input and recurrent h x h matrices) per token and layer, plus the output layer
+    want = 3.0 * B * (L * 16.0 * s * h * h + 2.0 * s * h * V)
+    assert float(model_flops_per_step(d)[0]) == pytest.approx(want, rel=1e-12)
+
+
+def test_gemm_model_forward_flops(a100, system, design, gemm_model):
+    g = layer_gemms(design(a100, system, gemm_model, MappingSpec()))
+    assert float(g.flops()[0]) == 2.0 * 8192**3
+
+
+def test_backward_gemms_are_twice_the_forward(a100, system, design, gpt3, llama_gqa, mixtral, lstm):
+    for model in (gpt3, llama_gqa, mixtral, lstm):
+        g = layer_gemms(design(a100, system, model, MappingSpec(tp=1, micro_batch_size=2, flash_attention=False)))
+        dgrad, wgrad = g.backward()
+        assert float(dgrad.flops()[0] + wgrad.flops()[0]) == pytest.approx(2.0 * float(g.flops()[0]), rel=1e-12)
+        assert g.m.shape == (1, len(GEMM_SLOTS))
+
+
+def test_tensor_parallel_splits_layer_flops(a100, system, design, gpt3):
+    f1 = layer_gemms(design(a100, system, gpt3, MappingSpec(tp=1, flash_attention=False))).flops()
+    f8 = layer_gemms(design(a100, system, gpt3, MappingSpec(tp=8, flash_attention=False))).flops()
+    assert float(f8[0]) == pytest.approx(float(f1[0]) / 8.0, rel=1e-12)
+
+
+def test_causal_flash_attention_computes_half_the_square(a100, system, design, gpt3):
+    full = attention_core_flops(design(a100, system, gpt3, MappingSpec(flash_attention=False)))
+    flash = attention_core_flops(design(a100, system, gpt3, MappingSpec(flash_attention=True)))
+    s, h = 2048, 12288
+    assert float(full[0]) == 4.0 * s * s * h
+    assert float(flash[0]) == 0.5 * float(full[0])
+
+
+@pytest.mark.parametrize("precision,nbytes", [("fp32", 4), ("tf32", 4), ("fp16", 2), ("bf16", 2), ("fp8", 1)])
+def test_gemm_bytes_per_element(a100, system, design, gpt3, precision, nbytes):
+    assert float(gemm_bytes_per_element(design(a100, system, gpt3, MappingSpec(precision=precision)))[0]) == nbytes
+
+
+# ---- activation memory, Korthikanti et al. 2022 Table 2 -------------------------------------
+
+S, H, A = 2048, 12288, 96  # GPT-3
+
+
+def activations(a100, system, design, gpt3, **mapping) -> float:
+    mapping.setdefault("flash_attention", False)
+    return float(activation_bytes_per_layer(design(a100, system, gpt3, MappingSpec(**mapping)))[0])
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+@pytest.mark.parametrize("b", [1, 4])
+def test_activations_no_sp_no_recompute(a100, system, design, gpt3, t, b):
+    want = S * b * H * (10.0 + 24.0 / t + 5.0 * A * S / (H * t))
+    got = activations(a100, system, design, gpt3, tp=t, micro_batch_size=b)
+    assert rel_close(got, want, 1e-12), (got, want)
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+@pytest.mark.parametrize("b", [1, 4])
+def test_activations_sequence_parallel(a100, system, design, gpt3, t, b):
+    want = S * b * H * (34.0 / t + 5.0 * A * S / (H * t))
+    got = activations(a100, system, design, gpt3, tp=t, micro_batch_size=b, sequence_parallel=True)
+    assert rel_close(got, want, 1e-12), (got, want)
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+@pytest.mark.parametrize("b", [1, 4])
+def test_activations_selective_recompute_with_sp(a100, system, design, gpt3, t, b):
+    want = 34.0 * S * b * H / t
+    got = activations(a100, system, design, gpt3, tp=t, micro_batch_size=b, sequence_parallel=True,
+                      recompute="selective")
+    assert rel_close(got, want, 1e-12), (got, want)
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+@pytest.mark.parametrize("b", [1, 4])
+def test_activations_selective_recompute_without_sp(a100, system, design, gpt3, t, b):
+    want = S * b * H * (10.0 + 24.0 / t)
+    got = activations(a100, system, design, gpt3, tp=t, micro_batch_size=b, recompute="selective")
+    assert rel_close(got, want, 1e-12), (got, want)
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+@pytest.mark.parametrize("b", [1, 4])
+def test_activations_full_recompute(a100, system, design, gpt3, t, b):
+    got = activations(a100, system, design, gpt3, tp=t, micro_batch_size=b, recompute="full")
+    assert rel_close(got, 2.0 * S * b * H, 1e-12), got
+
+
+@pytest.mark.parametrize("t", [1, 8])
+def test_flash_attention_drops_the_square(a100, system, design, gpt3, t):
+    no_flash = activations(a100, system, design, gpt3, tp=t, flash_attention=False)
+    flash = activations(a100, system, design, gpt3, tp=t, flash_attention=True)
+    without_square = activations(a100, system, design, gpt3, tp=t, recompute="selective")
+    assert flash < no_flash
+    # flash keeps the non-square tensors plus small softmax statistics (<1% of the layer)
+    assert without_square < flash < 1.01 * without_square
+
+
+def test_fp32_activations_take_twice_the_bytes(a100, system, design, gpt3):
+    assert activations(a100, system, design, gpt3, precision="fp32") == pytest.approx(
+        2.0 * activations(a100, system, design, gpt3, precision="bf16"), rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [1, 8])
+@pytest.mark.parametrize("precision, narrow_bytes", [("fp8", 1.0), ("mxfp8", 1.0 + 1.0 / 32.0),
+                                                     ("nvfp4", 0.5 + 1.0 / 16.0)])
+def test_narrow_formats_save_gemm_inputs_cast(a100, system, design, gpt3, t, precision, narrow_bytes):
+    # Transformer Engine saves the QKV, output-projection, fc1 and fc2 inputs in the GEMM format;
+    # everything else (norm inputs, Q/K/V, GeLU input, masks) stays 16-bit
+    b = 1
+    saved_16bit_bytes = 2.0 * S * b * H * (2.0 + 1.0 / t) + 2.0 * S * b * 4 * H / t
+    want = activations(a100, system, design, gpt3, tp=t) - saved_16bit_bytes * (1.0 - narrow_bytes / 2.0)
+    got = activations(a100, system, design, gpt3, tp=t, precision=precision)
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_llama_style_layers_keep_no_dropout_masks(a100, system, design):
+    gelu = ModelSpec(name="g", num_layers=2, hidden_size=1024, num_heads=8, ffn_hidden_size=4096,
+                     vocab_size=1000, seq_length=512)
+    swiglu = ModelSpec(name="s", num_layers=2, hidden_size=1024, num_heads=8, ffn_hidden_size=4096,
+                       ffn_type="swiglu", vocab_size=1000, seq_length=512)
+    m = MappingSpec(flash_attention=True)
+    th = 512 * 1024
+    got = float(activation_bytes_per_layer(design(a100, system, swiglu, m))[0])
+    gelu_bytes = float(activation_bytes_per_layer(design(a100, system, gelu, m))[0])
+    # swiglu adds the gate (2 bytes x tokens x ffn) and drops two 1-byte masks
+    assert got == pytest.approx(gelu_bytes + 2.0 * 512 * 4096 - 2.0 * th, rel=1e-12)
+
+
+def test_context_parallel_splits_activations(a100, system, design, gpt3):
+    one = activations(a100, system, design, gpt3, tp=8, sequence_parallel=True)
+    two = activations(a100, system, design, gpt3, tp=8, sequence_parallel=True, cp=2)
+    assert two == pytest.approx(one / 2.0, rel=1e-12)
