@@ -14,6 +14,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Optional
 
+import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from analytical.codes import (
@@ -181,7 +182,11 @@ def apply_design_file(cfg: DictConfig, path: str, overrides: list[str]) -> DictC
     if not file.is_file():
         raise ConfigError(f"design={path!r}: no such file: allowed a design YAML (e.g. the best_design.yaml "
                           f"of a deepflow optimize run)")
-    loaded = OmegaConf.load(file)
+    try:
+        loaded = OmegaConf.load(file)
+    except yaml.YAMLError as exc:  # a file that is not YAML: the parser's first line says where
+        raise ConfigError(f"design={path!r} is not valid YAML ({str(exc).splitlines()[0]}): allowed a design "
+                          f"YAML (e.g. the best_design.yaml of a deepflow optimize run)") from None
     if not isinstance(loaded, DictConfig):
         raise ConfigError(f"design={path!r} holds a {type(loaded).__name__}: allowed a mapping of config groups")
     unknown = [k for k in loaded if k not in cfg and k not in GROUP_SPECS]  # chip: an optional group

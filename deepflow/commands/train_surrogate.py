@@ -36,7 +36,15 @@ def read_data(data, tmp_dir: str):
     """`(samples, space record, source, source run id or None)` of `data`: a Parquet path or shard
     directory, an MLflow run id of `deepflow sample`, or a `runs:/<run id>/<path>.parquet` artifact URI. `source` is where
     the file lives (a path or the artifact's URI), for the dataset input of the training run."""
-    from surrogates.columns import read_samples
+    from surrogates.columns import read_samples as read_all
+
+    def read_samples(path):
+        try:
+            return read_all(path)
+        except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+            raise ConfigError(f"data={str(path)!r} is not a sample of `deepflow sample` ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0][:160]}): allowed its Parquet file, shard directory or "
+                              f"MLflow run id") from None
 
     if data is None or str(data).strip() in ("", "None", "null"):
         raise ConfigError("data is required: allowed a Parquet file of `deepflow sample` or the MLflow run id "

@@ -33,11 +33,8 @@ def call(capsys, *args: str) -> tuple[int, str, str]:
 
 @pytest.fixture(scope="module")
 def calibrated():
-    sys.path.insert(0, str(CONF_DIR.parent / "tests" / "analytical"))
-    try:
-        from test_chip import A100, H100
-    finally:
-        sys.path.pop(0)
+    from tests.analytical.chip.test_derive import A100, H100
+
     return {"a100-n7": A100, "h100-n4": H100}
 
 
