@@ -83,3 +83,20 @@ def ui_command(uri: str) -> str:
     if scheme in ("http", "https"):
         return f"open {uri} in a browser (the mlflow server there serves the UI)"
     return f"mlflow ui --backend-store-uri {uri}"
+
+
+# MLflow 3's UI opens an experiment as GenAI ("Evaluation runs", traces) or as classic model
+# training by this tag; DeepFlow's runs are the latter (values: the UI's ExperimentKind enum).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+
+
+def experiment_id_for(client, name: str) -> str:
+    """The id of experiment `name`, created if new, tagged as a classic (model training) experiment
+    so the MLflow 3 UI shows its runs, charts and params rather than its GenAI views."""
+    found = client.get_experiment_by_name(name)
+    if found is None:
+        return client.create_experiment(name, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+    if found.tags.get(EXPERIMENT_KIND_TAG) is None:  # made by an older DeepFlow or by hand
+        client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    return found.experiment_id

@@ -257,7 +257,8 @@ def cross_validate(rows, gpus: list[str], opts: dict, progress: bool = True) -> 
 # ----------------------------------------------------------------------------------------- MLflow
 def _start_run(uri: str, experiment: str, data: str):
     """`(client, run_id)` of a new MLflow run, or `(None, None)` with a warning when MLflow fails."""
-    from deepflow.run.mlflow_sink import client_for, experiment_id_for
+    from deepflow.run.mlflow_sink import client_for
+    from deepflow.tracking import experiment_id_for
 
     try:
         client = client_for(uri)

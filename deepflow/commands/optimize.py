@@ -20,15 +20,19 @@ about once and the local record goes on; `resume=<run id>` later reloads the Par
 run. At the end: convergence and Pareto plots (PNG + offline HTML), the best design as a YAML that
 `deepflow evaluate design=<file>` reads back (checked here: same step time), and its breakdown.
 
-Metrics per evaluation: `feasible`, `step_time_s`, `energy_j` (when the model has it), `objective`
-(the objective in natural units, feasible evaluations, one objective), `best_so_far`, `regret`
-(best / optimum - 1, when `optimum=enumerate`), `hypervolume` (two objectives, in log units),
-and per batch `propose_s`, `gp_fit_s`, `acquisition_s` (BO), `verify_s`.
+Metrics per evaluation (named with their unit; `<q>` is the first objective with its unit,
+step_time_s or energy_j): `feasible`, `step_time_s`, `energy_j` (when the model has it),
+`objective_<q>` (feasible evaluations, one objective), `best_<q>` (lower is better), `regret_pct`
+(100 (best / optimum - 1), when `optimum=enumerate`, beside `optimum_<q>`), `hypervolume_log_units`
+(two objectives; higher is better), and per batch `propose_s`, `gp_fit_s`, `acquisition_s` (BO),
+`verify_s`. The experiment is tagged as a model-training one for MLflow 3's UI and the run's
+description says what was optimized over which space, and where the best design is.
 
-This module runs jobs; the parts live beside it: `optimize_job` (config -> checked `Job`),
-`run_metrics` (Parquet rows, metric series, timings, enumerated optimum), `mlflow_sink` (client,
-params, the never-raising sink), `best_design` (the best design's values and chip) and
-`optimize_report` (what is printed).
+This module is the command: it checks every job (`check_jobs`) and hands the command line to
+Hydra (`deepflow.scale.hydra_app`), which calls `optimize_task` per job. The run itself lives in
+`deepflow.run`: `job` (config -> checked `Job`), `execute` (start, resume, the loop's callback,
+artifacts), `metrics` (Parquet rows, metric series, timings, enumerated optimum), `mlflow_sink`
+(client, params, the never-raising sink), `best_design` and `summary` (what is printed).
 """
 
 from __future__ import annotations

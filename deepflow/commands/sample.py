@@ -64,6 +64,7 @@ def log_sample_run(space, path: Path, params: dict, metrics: dict, experiment: s
 
     from deepflow.commands.train_surrogate import log_dataset
     from deepflow.scale.shards import MANIFEST
+    from deepflow.tracking import experiment_id_for
     from surrogates.columns import space_to_dict
 
     tags = {"deepflow.command": "sample"}
@@ -75,7 +76,7 @@ def log_sample_run(space, path: Path, params: dict, metrics: dict, experiment: s
         tags["mlflow.parentRunId"] = parent["run_id"]
         experiment_id = parent["experiment_id"]
     else:
-        experiment_id = mlflow.set_experiment(experiment).experiment_id
+        experiment_id = experiment_id_for(mlflow.MlflowClient(), experiment)
     with mlflow.start_run(run_name=path.stem, experiment_id=experiment_id, tags=tags) as run:
         mlflow.log_params(params)
         mlflow.log_metrics(metrics)

@@ -207,11 +207,13 @@ def log_training(result, samples, cfg, opts, registered: str, champion_metric: s
     import mlflow
 
     from deepflow.config import option
+    from deepflow.tracking import experiment_id_for
     from surrogates.registry import log_predictor, promote_if_better
     from surrogates.training import calibration_figure, parity_figure
 
     s = opts["surrogate"]
-    mlflow.set_experiment(str(cfg.tracking.get("experiment") or DEFAULT_EXPERIMENT))
+    mlflow.set_experiment(experiment_id=experiment_id_for(mlflow.MlflowClient(),
+                                                          str(cfg.tracking.get("experiment") or DEFAULT_EXPERIMENT)))
     with mlflow.start_run(run_name=f"{s['name']}-{result.predictor.meta['space']['name']}") as run:
         mlflow.set_tag("deepflow.command", "train-surrogate")
         if source_run:

@@ -22,7 +22,8 @@ from deepflow.presets import ConfigError
 from deepflow.run.best_design import base_space, chip_summary, chosen_mapping, design_values, roundtrip_step_time_s
 from deepflow.run.job import RESUME_OPTIONS, Job, invalid, prepare
 from deepflow.run.metrics import MetricContext, TimedStrategy, enumerate_optimum, evaluation_frame
-from deepflow.run.mlflow_sink import MlflowSink, client_for, experiment_id_for, log_params
+from deepflow.run.mlflow_sink import MlflowSink, client_for, log_params
+from deepflow.tracking import experiment_id_for
 from deepflow.run.store import RunStore, point_columns
 
 
@@ -137,12 +138,38 @@ class OptimizationRun:
             if self.context.optimum:
                 summary["regret"] = float(derived["regret"][-1])
         store.update_state(status="finished", evaluations=len(frame))
+        self.sink.call("description", self.sink.client.set_tag, self.sink.run_id, "mlflow.note.content",
+                       run_description(job, d, summary))
         self.sink.log_evaluations(frame, store.state().get("mlflow_synced", 0), len(frame), self.context)
         if self.sink.call("artifacts", self.sink.client.log_artifacts, self.sink.run_id, str(d)):
             self.sink.call("status", self.sink.client.set_terminated, self.sink.run_id, "FINISHED")
         summary["mlflow_complete"] = self.sink.alive
         summary["elapsed_s"] = time.perf_counter() - self.started
         return summary
+
+
+OBJECTIVE_TEXT = {"step_time": "minimize the step time (s)", "energy": "minimize the energy per step (J)",
+                  "time_at_power_cap": "minimize the step time (s) under an average power cap",
+                  "time_energy": "the Pareto front of step time (s) and energy per step (J)"}
+
+
+def run_description(job: Job, directory: Path, summary: Optional[dict] = None) -> str:
+    """The run's description in the MLflow UI (Markdown): what was optimized, over which space,
+    and, once finished, where the best design is."""
+    model = OmegaConf.select(job.cfg, "model.name")
+    lines = [f"**deepflow optimize** `{job.name}`: {OBJECTIVE_TEXT[job.objective.name]} of `{model}` over the "
+             f"space `{job.space.name}` ({job.space.dim} parameters{', inner best-mapping search' if job.inner else ''}),"
+             f" strategy `{job.strategy_name}`, budget {job.budget}, q {job.q}, seed {job.seed}.",
+             f"Local record: `{directory}`."]
+    if summary is not None and "best_design" in summary:
+        lines.append(f"Best: step time {summary['best_step_time_s']:.6g} s at evaluation {summary['best_index']} of "
+                     f"{summary['evaluations']}: `{summary['best_design_line']}`. Evaluate it again: "
+                     f"`deepflow evaluate design={summary['best_design']}`.")
+    elif summary is not None:
+        lines.append(f"No feasible design in {summary['evaluations']} evaluations.")
+    lines.append("Metrics: `best_*` and `objective_*` are lower-is-better in the unit their name ends with; "
+                 "`regret_pct` is the best against the enumerated optimum; `hypervolume_log_units` is higher-is-better.")
+    return "\n\n".join(lines)
 
 
 def _warm_start(job: Job, store: RunStore, quiet: bool):
@@ -213,6 +240,7 @@ def start_job(job: Job, client, parent: Optional[dict] = None, hydra_dir: Option
                              "overrides": job.overrides, "hydra_dir": hydra_dir,
                              "calibration_sha256": None if job.calibration is None else job.calibration.sha256})
     client.set_tag(run_id, "deepflow.local_dir", str(store.directory.resolve()))
+    client.set_tag(run_id, "mlflow.note.content", run_description(job, store.directory.resolve()))
     log_params(client, run_id, job.cfg)
     if job.calibration is not None:  # calibration=<file>: which constants, exactly, and the file itself
         client.log_param(run_id, "calibration_sha256", job.calibration.sha256)
@@ -229,7 +257,8 @@ def _execute(job: Job, store: RunStore, sink: MlflowSink, quiet: bool) -> dict[s
             optimum["enumerate_s"] = time.perf_counter() - started
             store.update_state(optimum=optimum)
             if optimum["optimum"] is not None:
-                sink.call("optimum", sink.client.log_metric, sink.run_id, "optimum", optimum["optimum"])
+                quantity = job.objective.outcome_names[0].removeprefix("log_")
+                sink.call("optimum", sink.client.log_metric, sink.run_id, f"optimum_{quantity}", optimum["optimum"])
         prior = _warm_start(job, store, quiet)
         runner = OptimizationRun(job, store, sink, optimum, quiet)
         runner.started = started

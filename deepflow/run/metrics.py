@@ -55,9 +55,21 @@ class MetricContext:
             del out["objective"]
         return out
 
+    @property
+    def quantity(self) -> str:
+        """The first objective with its unit: step_time_s or energy_j."""
+        return self.outcomes[0].removeprefix("log_")
+
+    def metric_name(self, key: str) -> str:
+        """The MLflow name of a derived series: its unit and direction in the name
+        (`best_step_time_s`: lower is better; `regret_pct`; `hypervolume_log_units`: higher is better)."""
+        return {"objective": f"objective_{self.quantity}", "best_so_far": f"best_{self.quantity}",
+                "regret": "regret_pct", "hypervolume": "hypervolume_log_units"}.get(key, key)
+
     def metrics(self, frame: pd.DataFrame, lo: int, hi: int) -> list[tuple[str, float, int]]:
-        """`(key, value, step)` of rows lo..hi-1 (finite values only; step = evaluation index)."""
-        derived = self.columns(frame)
+        """`(key, value, step)` of rows lo..hi-1 (finite values only; step = evaluation index), named
+        by `metric_name` (regret in percent)."""
+        derived = {self.metric_name(k): v * (100.0 if k == "regret" else 1.0) for k, v in self.columns(frame).items()}
         per_row = ["step_time_s"] + (["energy_j"] if "energy_j" in frame.columns else [])
         per_batch = [c for c in ("propose_s", "gp_fit_s", "acquisition_s", "verify_s") if c in frame.columns]
         out = []

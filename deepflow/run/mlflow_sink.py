@@ -61,9 +61,6 @@ def client_for(uri: str):
     return MlflowClient(tracking_uri=uri)
 
 
-def experiment_id_for(client, name: str) -> str:
-    found = client.get_experiment_by_name(name)
-    return found.experiment_id if found is not None else client.create_experiment(name)
 
 
 def flat_params(cfg: DictConfig) -> dict[str, str]:

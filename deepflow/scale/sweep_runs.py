@@ -53,7 +53,8 @@ class MlflowParentRun(Callback):
         self.run_id: Optional[str] = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from deepflow.run.mlflow_sink import client_for, experiment_id_for
+        from deepflow.run.mlflow_sink import client_for
+        from deepflow.tracking import experiment_id_for
         from deepflow.tracking import resolve_uri
 
         sweep_dir = Path(str(config.hydra.sweep.dir))

@@ -56,11 +56,23 @@ def test_run_has_params_and_one_metric_point_per_evaluation(one_run):
     frame = pd.read_parquet(next(tmp.glob("outputs/quickstart/*/evaluations.parquet")))
     steps = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "step_time_s")}
     assert steps == {int(i): pytest.approx(t) for i, t in zip(frame["index"], frame["step_time_s"])}
-    best = client.get_metric_history(run.info.run_id, "best_so_far")
+    best = client.get_metric_history(run.info.run_id, "best_step_time_s")
     values = [m.value for m in sorted(best, key=lambda m: m.step)]
     assert values == sorted(values, reverse=True)  # best so far never gets worse
     feasible_times = frame.loc[frame["objective_feasible"], "step_time_s"]
     assert values[-1] == pytest.approx(feasible_times.min())
+
+
+def test_the_experiment_is_a_model_training_one_and_the_run_says_what_it_did(one_run):
+    """MLflow 3's UI shows an experiment as classic model training by its experimentKind tag; the
+    run's description (mlflow.note.content) names the objective, model, space and best design."""
+    tmp, client, run = one_run
+    assert client.get_experiment(run.info.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
+    note = run.data.tags["mlflow.note.content"]
+    assert "minimize the step time (s) of `llama3-70b` over the space `mapping-only`" in note
+    best = min(m.value for m in client.get_metric_history(run.info.run_id, "best_step_time_s"))
+    assert f"Best: step time {best:.6g} s at evaluation" in note and "deepflow evaluate design=" in note
+    assert not {"best_so_far", "regret", "hypervolume", "objective"} & set(run.data.metrics)  # names carry units
 
 
 def test_artifacts_are_present_and_loadable(one_run, tmp_path):
@@ -109,15 +121,16 @@ def test_regret_against_the_enumerated_optimum(tmp_path, monkeypatch, capsys):
     assert out["optimum"]["points"] > 1000 and optimum <= out["best_step_time_s"]
     assert out["regret"] == pytest.approx(out["best_step_time_s"] / optimum - 1.0)
     client, (run,) = runs(tmp_path)
-    regret = sorted(client.get_metric_history(run.info.run_id, "regret"), key=lambda m: m.step)
-    assert regret[-1].value == pytest.approx(out["regret"]) and all(m.value >= 0 for m in regret)
+    regret = sorted(client.get_metric_history(run.info.run_id, "regret_pct"), key=lambda m: m.step)
+    assert regret[-1].value == pytest.approx(100 * out["regret"]) and all(m.value >= 0 for m in regret)
+    assert client.get_run(run.info.run_id).data.metrics["optimum_step_time_s"] == pytest.approx(optimum)
 
 
 def test_two_objectives_log_hypervolume_and_a_pareto_front(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert optimize("budget=8", "objective=time_energy") == 0
     client, (run,) = runs(tmp_path)
-    hv = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "hypervolume"), key=lambda m: m.step)]
+    hv = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "hypervolume_log_units"), key=lambda m: m.step)]
     assert len(hv) == 8 and hv[-1] > 0 and np.all(np.diff(hv) >= 0)
     front = pd.read_csv(next(tmp_path.glob("outputs/quickstart/*/pareto_front.csv")))
     assert len(front) >= 1 and front["energy_j"].is_monotonic_decreasing
