@@ -36,6 +36,7 @@ class OptimizationRun:
                                      optimum=(optimum or {}).get("optimum"))
         self.strategy: Optional[TimedStrategy] = None
         self.started = time.perf_counter()
+        self.bar = None  # the progress bar of the evaluations (tqdm, on stderr: its rate gives the time left)
 
     def on_evaluation(self, X: torch.Tensor, rows: list[dict]) -> None:
         for row, mapping in zip(rows, chosen_mapping(self.job.space, X)):
@@ -48,14 +49,15 @@ class OptimizationRun:
             timings["verify_s"] = time.perf_counter() - self.strategy.proposed_at
         frame = self.store.append(evaluation_frame(X, rows, start, batch, timings))  # local record first
         self.sink.log_evaluations(frame, self.store.state().get("mlflow_synced", 0), len(frame), self.context)
-        if not self.quiet:
+        if self.bar is not None:
             best = self.context.columns(frame)["best_so_far"][-1]
             what = "step time" if self.context.outcomes[0] == "log_step_time_s" else "energy per step"
             unit = "s" if self.context.outcomes[0] == "log_step_time_s" else "J"
             text = f"best {what} {best:.4g} {unit}" if np.isfinite(best) else "no feasible design yet"
             extra = "".join(f", {k} {v:.2f} s" for k, v in timings.items() if k != "verify_s")
-            print(f"[{len(frame):4d}/{self.job.budget}] {text} ({int(frame['objective_feasible'].sum())} feasible"
-                  f"{extra})", file=sys.stderr, flush=True)
+            self.bar.set_postfix_str(f"{text} ({int(frame['objective_feasible'].sum())} feasible{extra})",
+                                     refresh=False)
+            self.bar.update(len(rows))
 
     def history(self):
         from deepflow.strategies.base import History
@@ -72,8 +74,13 @@ class OptimizationRun:
             raise invalid("budget", self.job.budget, f">= the {history.n} evaluations the run already has")
         self.strategy = TimedStrategy(self.job.make_strategy(prior))
         if history.n < self.job.budget:
-            loop_run(self.job.space, self.job.objective, self.strategy, self.job.budget, self.job.q, self.job.seed,
-                     on_evaluation=self.on_evaluation, history=history)
+            from tqdm import tqdm
+
+            with tqdm(total=self.job.budget, initial=history.n, unit="eval", desc=self.job.name, file=sys.stderr,
+                      disable=self.quiet, dynamic_ncols=True) as self.bar:
+                loop_run(self.job.space, self.job.objective, self.strategy, self.job.budget, self.job.q,
+                         self.job.seed, on_evaluation=self.on_evaluation, history=history)
+            self.bar = None
         return self.finish()
 
     # ------------------------------------------------------------------------- artifacts
