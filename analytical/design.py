@@ -1,9 +1,9 @@
 """A batch of designs as SI tensors: the input of every analytical function.
 
 `DesignBatch` holds one float64 tensor of shape `(batch,)` per parameter. Categorical parameters
-are integer codes stored as float64 (the `*_CODES` tables of `analytical.codes`). `analytical.build.stack_designs` converts lists of
-human-unit specs (`analytical.specs`) to a batch; `DesignBatch.expand`, `index` and `cat` build
-larger batches without Python loops.
+are integer codes stored as float64 (the `*_CODES` tables of `analytical.codes`).
+`analytical.build.stack_designs` converts lists of human-unit specs (`analytical.specs`) to a
+batch; `DesignBatch.expand`, `index` and `cat` build larger batches without Python loops.
 """
 
 from __future__ import annotations

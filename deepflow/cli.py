@@ -31,22 +31,20 @@ def _fail(message: str) -> int:
     return 2
 
 
-# A command is a function here or "module:function" imported only when that command runs (so that
+# A command is "module:function" (deepflow/commands/), imported only when that command runs (so that
 # `deepflow evaluate` never pays for importing MLflow or BoTorch). Each takes the Hydra overrides.
 COMMANDS = {"evaluate": "deepflow.commands.evaluate:cmd_evaluate",
             "best-mapping": "deepflow.commands.best_mapping:cmd_best_mapping",
             "validate": "deepflow.commands.validate:cmd_validate",
             "optimize": "deepflow.commands.optimize:cmd_optimize",
-            "sample": "deepflow.commands.sample:cmd_sample", "train-surrogate": "deepflow.commands.train_surrogate:cmd_train_surrogate",
+            "sample": "deepflow.commands.sample:cmd_sample",
+            "train-surrogate": "deepflow.commands.train_surrogate:cmd_train_surrogate",
             "query": "deepflow.commands.query:cmd_query", "derive": "deepflow.commands.derive:cmd_derive",
             "calibrate": "deepflow.commands.calibrate:cmd_calibrate"}
 
 
 def _command(name: str):
-    target = COMMANDS[name]
-    if callable(target):
-        return target
-    module, _, function = target.partition(":")
+    module, _, function = COMMANDS[name].partition(":")
     return getattr(importlib.import_module(module), function)
 
 
