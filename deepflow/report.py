@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from analytical import REASON_TEXT, Reason, TIME_PARTS
+from deepflow.tables import table
 
 GIB = 2.0**30
 
@@ -34,40 +35,40 @@ def design_line(accelerator, system, model, mapping) -> str:
 
 
 def step_table(row: dict, hbm_bytes: float, tdp_w: float = 0.0) -> str:
-    """The evaluate command's table for one design (`StepResult.row`); `tdp_w` is the power budget."""
+    """The evaluate command's tables for one design (`StepResult.row`); `tdp_w` is the power budget."""
     reason = Reason[row["reason"].upper()]
-    lines = [
-        f"feasible         {'yes' if row['feasible'] else 'NO: ' + REASON_TEXT[reason]}",
-        f"step time        {_fmt_time(row['step_time_s']).strip()}",
-        f"MFU / HFU        {row['mfu'] * 100:.1f} % / {row['hfu'] * 100:.1f} %",
-        f"tokens per s     {row['tokens_per_s']:,.0f}",
-        f"energy per step  {_fmt_energy(row['energy_j']).strip()} (all devices)",
-        f"energy per token {_fmt_energy(row['energy_per_token_j']).strip()}",
-        f"avg power        {row['avg_power_w']:.0f} W per device"
-        + (f" of {tdp_w:.0f} W budget" if tdp_w > 0 else " (no power budget)"),
-        "",
-        "time breakdown (critical path)",
+    summary = [
+        ("feasible", "yes" if row["feasible"] else "NO: " + REASON_TEXT[reason]),
+        ("step time", _fmt_time(row["step_time_s"]).strip()),
+        ("MFU / HFU", f"{row['mfu'] * 100:.1f} % / {row['hfu'] * 100:.1f} %"),
+        ("tokens per s", f"{row['tokens_per_s']:,.0f}"),
+        ("energy per step", f"{_fmt_energy(row['energy_j']).strip()} (all devices)"),
+        ("energy per token", _fmt_energy(row["energy_per_token_j"]).strip()),
+        ("avg power", f"{row['avg_power_w']:.0f} W per device"
+         + (f" of {tdp_w:.0f} W budget" if tdp_w > 0 else " (no power budget)")),
     ]
     total = row["step_time_s"]
-    for part in TIME_PARTS:
-        value = row["breakdown"][part]
-        lines.append(f"  {part:18s}{_fmt_time(value)}  {100 * value / total:5.1f} %")
-    lines += ["", f"memory per device: {row['memory_per_device_bytes'] / GIB:.2f} GiB of {hbm_bytes / GIB:.0f} GiB"]
-    for part, value in row["memory_breakdown"].items():
-        lines.append(f"  {part:18s}{value / GIB:9.2f} GiB")
+    parts = [table(["", ""], summary, align="ll", show_header=False), "",
+             table(["part", "time", "share"],
+                   [(p, _fmt_time(row["breakdown"][p]).strip(), f"{100 * row['breakdown'][p] / total:.1f} %")
+                    for p in TIME_PARTS],
+                   title="time breakdown (critical path)", indent=2, show_header=False), "",
+             table(["part", "GiB"], [(p, f"{v / GIB:.2f} GiB") for p, v in row["memory_breakdown"].items()],
+                   title=f"memory per device: {row['memory_per_device_bytes'] / GIB:.2f} GiB of "
+                         f"{hbm_bytes / GIB:.0f} GiB", indent=2, show_header=False)]
     if row.get("energy_breakdown"):
-        lines += ["", "energy breakdown (one step, all devices)"]
-        for part, value in row["energy_breakdown"].items():
-            share = 100 * value / row["energy_j"] if row["energy_j"] > 0 else 0.0
-            lines.append(f"  {part:18s}{_fmt_energy(value)}  {share:5.1f} %")
-    return "\n".join(lines)
+        energy = row["energy_j"]
+        parts += ["", table(["part", "energy", "share"],
+                            [(p, _fmt_energy(v).strip(), f"{100 * v / energy if energy > 0 else 0.0:.1f} %")
+                             for p, v in row["energy_breakdown"].items()],
+                            title="energy breakdown (one step, all devices)", indent=2, show_header=False)]
+    return "\n".join(parts)
 
 
 def validation_table(result: dict) -> str:
-    lines = [f"{'id':40s} {'predicted_s':>12s} {'measured_s':>12s} {'error':>8s}"]
-    for r in result["rows"]:
-        flag = "" if r["feasible"] else "  (infeasible as given)"
-        lines.append(f"{r['id']:40s} {r['predicted_s']:12.3f} {r['measured_s']:12.3f} {r['error']:+8.1%}{flag}")
+    rows = [(r["id"], f"{r['predicted_s']:.3f}", f"{r['measured_s']:.3f}", f"{r['error']:+.1%}",
+             "" if r["feasible"] else "(infeasible as given)") for r in result["rows"]]
+    lines = [table(["id", "predicted_s", "measured_s", "error", ""], rows, align="lrrrl")]
     s = result["summary"]
     lines += ["", f"n = {s['n']}   mean |error| = {s['mape']:.1%}   max |error| = {s['max_abs_error']:.1%}   "
                   f"median |error| = {s['median_abs_error']:.1%}   mean signed error = {s['mean_signed_error']:+.1%}"]
@@ -76,7 +77,8 @@ def validation_table(result: dict) -> str:
                      f"max |error| = {s['memory_max_abs_error']:.1%}   within 10 %: {s['memory_within_10pct']}")
     ranked = {k: g for k, g in result["by_group"].items() if g["n"] > 2 and g["kendall_tau"] is not None}
     if ranked:
-        lines.append("Kendall tau of predicted vs measured time, per model:")
-        for group, g in ranked.items():
-            lines.append(f"  {group:20s} n={g['n']:3d}  tau={g['kendall_tau']:+.3f}  mean |error|={g['mape']:.1%}")
+        lines.append(table(["model", "n", "tau", "mean |error|"],
+                           [(group, g["n"], f"{g['kendall_tau']:+.3f}", f"{g['mape']:.1%}")
+                            for group, g in ranked.items()],
+                           title="Kendall tau of predicted vs measured time, per model:", indent=2))
     return "\n".join(lines)

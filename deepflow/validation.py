@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -165,6 +167,9 @@ def is_vtrain(frame: pd.DataFrame) -> bool:
     return all(c in frame.columns for c in VTRAIN_REQUIRED)
 
 
+LARGE_FILE_ROWS = 10_000  # a CSV this long shows a progress bar while it is read
+
+
 def read_rows(path: str, flash_attention: bool = False) -> Rows:
     """Read a CSV of either schema; a missing column or a bad value names the column and row."""
     try:
@@ -178,7 +183,12 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
     if missing:
         raise ConfigError(f"data={path!r}: missing columns {', '.join(missing)} (the schema is in "
                           "experiments/validation/README.md, or use a vTrain CSV)")
-    specs = [_published_specs(row, flash_attention) for _, row in frame.iterrows()]
+    from tqdm import tqdm
+
+    # reading the rows is the slow part of a large file: a progress bar (with the time left) from 10,000 rows
+    rows = tqdm(frame.iterrows(), total=len(frame), unit="row", desc=f"reading {Path(path).name}",
+                file=sys.stderr, disable=len(frame) < LARGE_FILE_ROWS)
+    specs = [_published_specs(row, flash_attention) for _, row in rows]
     auto = [i for i, r in enumerate(frame["recompute"]) if r == AUTO]
     if auto:
         specs = _lightest_recompute_that_fits(specs, auto)

@@ -13,6 +13,7 @@ def cmd_best_mapping(overrides: list[str]) -> int:
     from deepflow.calibration import efficiency_of
     from deepflow.config import compose_config, design_from_config, option
     from deepflow.report import design_line
+    from deepflow.tables import table
 
     cfg = compose_config(overrides)
     output = option(cfg, "output", ("table", "json"))
@@ -42,9 +43,8 @@ def cmd_best_mapping(overrides: list[str]) -> int:
     if not rows:
         print("no feasible mapping: try more devices, a smaller model or a larger memory")
         return 1
-    print(f"{'rank':>4s} {'step_s':>9s} {'MFU':>6s} {'mem_GiB':>8s}  mapping")
-    for i, (m, r) in enumerate(zip(found.mappings, found.rows), start=1):
-        line = design_line(accelerator, system, model, m).split("; ", 1)[1]
-        print(f"{i:4d} {r['step_time_s']:9.3f} {r['mfu'] * 100:5.1f}% "
-              f"{r['memory_per_device_bytes'] / 2.0**30:8.1f}  {line}")
+    ranked = [(i, f"{r['step_time_s']:.3f}", f"{r['mfu'] * 100:.1f}%", f"{r['memory_per_device_bytes'] / 2.0**30:.1f}",
+               design_line(accelerator, system, model, m).split("; ", 1)[1])
+              for i, (m, r) in enumerate(zip(found.mappings, found.rows), start=1)]
+    print(table(["rank", "step_s", "MFU", "mem_GiB", "mapping"], ranked, align="rrrrl"))
     return 0

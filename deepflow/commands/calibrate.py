@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from analytical.step.efficiency import Efficiency
+from deepflow.tables import table
 from deepflow.calibration import Calibration, efficiency_dict, predict_calibrated, sha256_of
 from deepflow.presets import ConfigError
 
@@ -301,18 +302,18 @@ def _table(result: dict) -> str:
              f"cross-validated mean |error|: {result['cv_mape_before']:.1%} with the default constants -> "
              f"{result['cv_mape_after']:.1%} fitted on the other folds (max {result['cv_max_abs_error_before']:.1%} "
              f"-> {result['cv_max_abs_error_after']:.1%})"]
-    for f in result["cv_folds"]:
-        lines.append(f"  {f['held_out']:44.44s} n={f['n']:3d}  {f['mape_before']:6.1%} -> {f['mape_after']:6.1%}")
+    lines.append(table(["held out", "n", "default", "fitted"],
+                       [(f["held_out"][:44], f["n"], f"{f['mape_before']:.1%}", f"{f['mape_after']:.1%}")
+                        for f in result["cv_folds"]], indent=2))
     lines.append(f"fitted on all rows: mean |error| {result['in_sample_mape']:.1%} (in sample)")
     per = result.get("per_accelerator", {})
     names = list(per)
-    head = f"{'constant':28s} {'default':>11s} {'fitted':>11s}" + "".join(f" {g[:14]:>14s}" for g in names)
-    lines += ["", head]
     default = efficiency_dict(Efficiency())
-    for key in result["fields"]:
-        mark = "  (not informed by the data: default kept)" if key in result["fields_not_informed"] else ""
-        lines.append(f"{key:28s} {default[key]:11.4g} {result['constants'][key]:11.4g}"
-                     + "".join(f" {per[g][key]:14.4g}" for g in names) + mark)
+    lines += ["", table(["constant", "default", "fitted", *(g[:14] for g in names), ""],
+                        [(key, f"{default[key]:.4g}", f"{result['constants'][key]:.4g}",
+                          *(f"{per[g][key]:.4g}" for g in names),
+                          "(not informed by the data: default kept)" if key in result["fields_not_informed"] else "")
+                         for key in result["fields"]], align="l" + "r" * (2 + len(names)) + "l")]
     lines += ["", f"wrote {result['calibration_file']}",
               f"use it: deepflow evaluate calibration={result['calibration_file']} (also best-mapping, validate, "
               f"sample, optimize)"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 from analytical.codes import REASON_TEXT, Reason
+from deepflow.tables import table
 
 GIB = 2.0**30
 MIB = 2.0**20
@@ -33,7 +34,7 @@ def derivation_record(chip, derived) -> dict:
 
 
 def _share(used: float, budget: float) -> str:
-    return f"{100.0 * used / budget:5.1f} %" if budget > 0 else "    -"
+    return f"{100.0 * used / budget:.1f} %" if budget > 0 else "-"
 
 
 def derivation_table(record: dict) -> str:
@@ -41,35 +42,31 @@ def derivation_table(record: dict) -> str:
     budget = usage["budget"]
     reason = Reason[record["reason"].upper()]
     vdd = "solved" if chip["vdd_v"] is None else "fixed"
-    lines = [
+    facts = [
+        ("feasible", "yes" if record["feasible"] else "NO: " + REASON_TEXT[reason]),
+        ("operating point", f"{op['vdd_v']:.3f} V ({vdd}), {op['clock_hz'] / 1e9:.3f} GHz"),
+        ("compute units", f"{acc['compute_units']} enabled of {op['units_on_die']:.0f} on the die, "
+                          f"{chip['flops_per_cycle_per_unit']} FLOP/clk each"),
+        ("peak dense", f"fp16/bf16 {acc['peak_tflops_bf16']:.1f}  fp8 {acc['peak_tflops_fp8']:.1f}  "
+                       f"tf32 {acc['peak_tflops_tf32']:.1f}  fp32 {acc['peak_tflops_fp32']:.1f} TFLOP/s"),
+        ("SRAM", f"{acc['sram_mib']:.1f} MiB at {acc['sram_bw_tb_per_s']:.2f} TB/s"),
+        ("memory", f"{op['hbm_stacks']:.0f} x {chip['memory']}: {acc['hbm_gib']:.0f} GiB at "
+                   f"{acc['hbm_bw_gb_per_s']:.0f} GB/s"),
+        ("scale-up", f"{op['scale_up_lanes']:.0f} lanes: {acc['scale_up_bw_gb_per_s']:.0f} GB/s per direction"),
+        ("scale-out", f"{op['scale_out_lanes']:.0f} lanes: {acc['scale_out_gbit_per_s']:.0f} Gbit/s per direction"),
+        ("static power", f"{record['accelerator_si']['static_power_w']:.1f} W"),
+    ]
+    power = dict(usage["power_w"], total=sum(usage["power_w"].values()))
+    return "\n".join([
         f"chip {chip['name']}: {chip['node']}, {chip['memory']}, scale-up {chip['scale_up_link']}, "
         f"scale-out {chip['scale_out_link']}; {chip['die_area_mm2']:g} mm2, {chip['power_budget_w']:g} W",
-        f"feasible         {'yes' if record['feasible'] else 'NO: ' + REASON_TEXT[reason]}",
-        f"operating point  {op['vdd_v']:.3f} V ({vdd}), {op['clock_hz'] / 1e9:.3f} GHz",
-        f"compute units    {acc['compute_units']} enabled of {op['units_on_die']:.0f} on the die, "
-        f"{chip['flops_per_cycle_per_unit']} FLOP/clk each",
-        f"peak dense       fp16/bf16 {acc['peak_tflops_bf16']:.1f}  fp8 {acc['peak_tflops_fp8']:.1f}  "
-        f"tf32 {acc['peak_tflops_tf32']:.1f}  fp32 {acc['peak_tflops_fp32']:.1f} TFLOP/s",
-        f"SRAM             {acc['sram_mib']:.1f} MiB at {acc['sram_bw_tb_per_s']:.2f} TB/s",
-        f"memory           {op['hbm_stacks']:.0f} x {chip['memory']}: {acc['hbm_gib']:.0f} GiB at "
-        f"{acc['hbm_bw_gb_per_s']:.0f} GB/s",
-        f"scale-up         {op['scale_up_lanes']:.0f} lanes: {acc['scale_up_bw_gb_per_s']:.0f} GB/s per direction",
-        f"scale-out        {op['scale_out_lanes']:.0f} lanes: {acc['scale_out_gbit_per_s']:.0f} Gbit/s per direction",
-        f"static power     {record['accelerator_si']['static_power_w']:.1f} W",
-        "",
-        f"area             {'mm2':>9s}  {'of die':>7s}",
-    ]
-    for part, value in usage["area_mm2"].items():
-        lines.append(f"  {part:15s}{value:9.1f}  {_share(value, budget['die_area_mm2'])}")
-    lines += ["", f"power at peak    {'W':>9s}  {'of budget':>9s}"]
-    for part, value in usage["power_w"].items():
-        lines.append(f"  {part:15s}{value:9.1f}  {_share(value, budget['power_w'])}")
-    total = sum(usage["power_w"].values())
-    lines.append(f"  {'total':15s}{total:9.1f}  {_share(total, budget['power_w'])}")
-    lines += ["", f"shoreline        {'mm':>9s}  {'of PHY edge':>11s}"]
-    for part, value in usage["shoreline_mm"].items():
-        lines.append(f"  {part:15s}{value:9.1f}  {_share(value, budget['shoreline_mm'])}")
-    return "\n".join(lines)
+        table(["", ""], facts, align="ll", show_header=False), "",
+        table(["area", "mm2", "of die"], [(k, f"{v:.1f}", _share(v, budget["die_area_mm2"]))
+                                         for k, v in usage["area_mm2"].items()], indent=2), "",
+        table(["power at peak", "W", "of budget"], [(k, f"{v:.1f}", _share(v, budget["power_w"]))
+                                                    for k, v in power.items()], indent=2), "",
+        table(["shoreline", "mm", "of PHY edge"], [(k, f"{v:.1f}", _share(v, budget["shoreline_mm"]))
+                                                  for k, v in usage["shoreline_mm"].items()], indent=2)])
 
 
 def cmd_derive(overrides: list[str]) -> int:

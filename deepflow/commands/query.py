@@ -172,24 +172,24 @@ def _text(value) -> str:
 
 def prediction_table(table, targets: list[str], verified: bool, classifier: bool, max_rows: int) -> str:
     """One line per design: per target the median [95 % interval] (and analytical value, error)."""
-    head = f"{'#':>3s}"
+    from deepflow.tables import table as draw
+
+    header = ["#"]
     for t in targets:
-        head += f"  {t + ' [95% interval]':>36s}"
-        if verified:
-            head += f"  {'analytical':>11s} {'error':>7s}"
-    head += f"  {'P(feasible)':>11s}" if classifier else ""
-    head += f"  {'feasible (analytical)':>22s}" if verified else ""
-    lines = [head]
+        header += [f"{t} median", "95% interval"] + (["analytical", "error"] if verified else [])
+    header += (["P(feasible)"] if classifier else []) + (["feasible (analytical)"] if verified else [])
+    rows = []
     for i, row in table.head(max_rows).iterrows():
-        line = f"{i:>3d}"
+        cells = [i]
         for t in targets:
-            line += f"  {row[t + '_median']:>12.5g} [{row[t + '_lower']:>9.4g}, {row[t + '_upper']:>9.4g}]"
+            cells += [f"{row[t + '_median']:.5g}", f"[{row[t + '_lower']:.4g}, {row[t + '_upper']:.4g}]"]
             if verified:
-                line += f"  {row[t + '_analytical']:>11.5g} {row[t + '_error']:>+7.1%}"
-        line += f"  {row['feasible_prob']:>11.2f}" if classifier else ""
+                cells += [f"{row[t + '_analytical']:.5g}", f"{row[t + '_error']:+.1%}"]
+        cells += [f"{row['feasible_prob']:.2f}"] if classifier else []
         if verified:
-            line += f"  {('yes' if row['feasible_analytical'] else 'no (' + row['reason_analytical'] + ')'):>22s}"
-        lines.append(line)
+            cells.append("yes" if row["feasible_analytical"] else "no (" + row["reason_analytical"] + ")")
+        rows.append(cells)
+    lines = [draw(header, rows)]
     if len(table) > max_rows:
         lines.append(f"... {len(table) - max_rows} more (max_rows=..., or output=json for all)")
     return "\n".join(lines)

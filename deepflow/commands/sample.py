@@ -229,13 +229,14 @@ def print_sweep(summaries: list[dict], parent_id: str, swept: list[str]):
     """The end of a multirun of samples (deepflow.scale.sweep_runs): one row per job, printed; returned."""
     import pandas as pd
 
+    from deepflow.tables import frame_table
+
     table = pd.DataFrame([{"job": " ".join(o for o in s["overrides"] if o.partition("=")[0].lstrip("+~") in swept),
                            **{k: s[k] for k in ("run_id", "n", "feasible_fraction", "designs_per_s", "path")}}
                           for s in summaries])
     print(f"sweep (parent run {parent_id}): {len(summaries)} sample jobs, each a child run" if parent_id
           else f"sweep: {len(summaries)} sample jobs (mlflow=false: no runs)")
-    with pd.option_context("display.width", 250, "display.max_colwidth", 80, "display.precision", 4):
-        print(table.to_string(index=False))
+    print(frame_table(table))
     return table
 
 

@@ -82,18 +82,18 @@ def read_data(data, tmp_dir: str):
 
 def metrics_table(metrics: dict, targets: list[str]) -> str:
     """One line per split and target: MAPE, R2 of logs, Kendall tau, top-1 % recall, coverage, NLL."""
-    head = f"{'split':<14s}{'target':<13s}" + "".join(f"{name:>9s}" for name, _, _ in METRIC_COLUMNS)
-    lines = [head]
+    from deepflow.tables import table
+
+    rows, notes = [], []
     for split in ("held_out", "extrapolation"):
         for t in targets:
-            if f"{split}_{t}_mape" not in metrics:
-                continue
-            cells = "".join(f"{fmt.format(metrics[f'{split}_{t}_{key}']):>9s}" for _, key, fmt in METRIC_COLUMNS)
-            lines.append(f"{split:<14s}{t:<13s}{cells}")
+            if f"{split}_{t}_mape" in metrics:
+                rows.append([split, t] + [fmt.format(metrics[f"{split}_{t}_{key}"]) for _, key, fmt in METRIC_COLUMNS])
         if f"{split}_feasible_accuracy" in metrics:
-            lines.append(f"{split:<14s}{'feasible':<13s} accuracy {metrics[f'{split}_feasible_accuracy']:.1%}, "
+            notes.append(f"{split} feasible: accuracy {metrics[f'{split}_feasible_accuracy']:.1%}, "
                          f"Brier {metrics[f'{split}_feasible_brier']:.3f}")
-    return "\n".join(lines)
+    header = ["split", "target"] + [name for name, _, _ in METRIC_COLUMNS]
+    return "\n".join([table(header, rows, align="ll" + "r" * len(METRIC_COLUMNS))] + notes)
 
 
 def _check_options(cfg) -> dict:

@@ -9,6 +9,7 @@ from typing import Any, Optional
 import pandas as pd
 
 from deepflow.run.best_design import chip_line
+from deepflow.tables import frame_table
 
 
 def report(summary: dict[str, Any]) -> str:
@@ -86,8 +87,7 @@ def print_summaries(summaries: list[dict[str, Any]], parent_id: Optional[str], t
     else:
         print(f"sweep (parent run {parent_id}): {len(summaries)} jobs, each a child run; the full report of "
               f"each is its best_breakdown.json")
-        with pd.option_context("display.width", 250, "display.max_colwidth", 60, "display.precision", 4):
-            print(table.drop(columns=["best_design"], errors="ignore").to_string(index=False))
+        print(frame_table(table.drop(columns=["best_design"], errors="ignore")))
         print("best designs:")
         for s, job in zip(summaries, table["job"]):
             if "best_design_line" in s:
