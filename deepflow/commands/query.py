@@ -176,7 +176,7 @@ def prediction_table(table, targets: list[str], verified: bool, classifier: bool
 
     header = ["#"]
     for t in targets:
-        header += [f"{t} median", "95% interval"] + (["analytical", "error"] if verified else [])
+        header += [f"{t} median", "[95% interval]"] + (["analytical", "error"] if verified else [])
     header += (["P(feasible)"] if classifier else []) + (["feasible (analytical)"] if verified else [])
     rows = []
     for i, row in table.head(max_rows).iterrows():
