@@ -41,6 +41,7 @@ import math
 import multiprocessing
 import os
 import statistics
+import sys
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -191,24 +192,30 @@ def bo_job(job: dict) -> dict:
 
 
 def run_jobs(fn, jobs: list[dict], workers: int) -> list:
-    """`fn(job)` for every job, in `workers` processes (spawned, one torch thread each) or inline."""
+    """`fn(job)` for every job, in `workers` processes (spawned, one torch thread each) or inline,
+    under a progress bar with the time left (each job's result printed above it as it ends)."""
+    from tqdm import tqdm
+
     results: list = [None] * len(jobs)
+    bar = tqdm(total=len(jobs), unit="run", file=sys.stderr, dynamic_ncols=True)
 
-    def done(count: int, i: int) -> None:  # progress, so that a killed run still says something
+    def done(i: int) -> None:  # progress, so that a killed run still says something
         label = " ".join(f"{k}={jobs[i][k]}" for k in ("space", "experiment", "strategy", "seed") if k in jobs[i])
-        print(f"    [{count}/{len(jobs)}] {label}: {results[i]}", flush=True)
+        bar.write(f"    {label}: {results[i]}")
+        bar.update(1)
 
-    if workers <= 1:
-        for i, job in enumerate(jobs):
-            results[i] = fn(job)
-            done(i + 1, i)
-        return results
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker) as pool:
-        futures = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
-        for count, future in enumerate(as_completed(futures), 1):
-            results[futures[future]] = future.result()
-            done(count, futures[future])
+    with bar:
+        if workers <= 1:
+            for i, job in enumerate(jobs):
+                results[i] = fn(job)
+                done(i)
+            return results
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=init_worker) as pool:
+            futures = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                done(futures[future])
     return results
 
 
