@@ -2,7 +2,7 @@
 
 Commands:
   evaluate      time, memory and feasibility of one design, with breakdowns
-  best-mapping  the fastest feasible parallel mappings of a model on a system (top_k=...)
+  best-mapping  the fastest feasible parallel mappings of a model on a system (top_k=...; -m: many systems)
   validate      predicted vs measured iteration times of a CSV of real runs (data=...)
   optimize      a tracked, resumable optimization run (experiment=..., resume=<run id>)
   sample        designs of a space evaluated by the analytical model, to Parquet + MLflow (n=..., sampler=...)

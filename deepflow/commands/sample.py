@@ -229,9 +229,10 @@ def print_sweep(summaries: list[dict], parent_id: str, swept: list[str]):
     """The end of a multirun of samples (deepflow.scale.sweep_runs): one row per job, printed; returned."""
     import pandas as pd
 
+    from deepflow.run.summary import job_label
     from deepflow.tables import frame_table
 
-    table = pd.DataFrame([{"job": " ".join(o for o in s["overrides"] if o.partition("=")[0].lstrip("+~") in swept),
+    table = pd.DataFrame([{"job": job_label(s["overrides"], swept),
                            **{k: s[k] for k in ("run_id", "n", "feasible_fraction", "designs_per_s", "path")}}
                           for s in summaries])
     print(f"sweep (parent run {parent_id}): {len(summaries)} sample jobs, each a child run" if parent_id

@@ -50,12 +50,17 @@ def jsonable(summary: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in summary.items() if k != "best_specs"}
 
 
+def job_label(overrides: list[str], swept: list[str]) -> str:
+    """A job's swept values (`seed=1 chip.node=N5`), its every override when none is swept."""
+    values = [o.lstrip("+~") for o in overrides if o.partition("=")[0].lstrip("+~") in swept]
+    return " ".join(values or [o.lstrip("+~") for o in overrides])
+
+
 def sweep_table(summaries: list[dict[str, Any]], swept: list[str]) -> pd.DataFrame:
     """One row per job: its swept values, the best objective and the best design's chip values."""
     rows = []
     for s in summaries:
-        job = " ".join(o for o in s["overrides"] if o.partition("=")[0].lstrip("+~") in swept) \
-            or " ".join(s["overrides"])
+        job = job_label(s["overrides"], swept)
         row = {"run_id": s["run_id"], "job": job, "evaluations": s["evaluations"],
                "feasible": s["feasible"], "best_step_time_s": s.get("best_step_time_s")}
         if "best_row" in s and "energy_j" in s["best_row"]:

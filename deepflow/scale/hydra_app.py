@@ -15,7 +15,7 @@
 3. a config that declares its own sweep (`hydra.sweeper.params`, e.g. experiment=technology-sweep)
    runs as a multirun without `-m`.
 Then Hydra runs: one output folder per job with its `.hydra/` config snapshot and log, the launcher
-the config names, and the `deepflow.scale.sweep_runs.MlflowParentRun` callback that opens one parent
+the config names, and the `deepflow.scale.sweep_runs.SweepParent` callback that opens one parent
 MLflow run per multirun. Each job calls the command's task (`TASKS`) with its composed config.
 """
 
@@ -30,7 +30,12 @@ from typing import Callable, Iterator
 from deepflow.presets import CONF_DIR, ConfigError
 
 # the task of each command: "module:function", called as function(cfg, task_overrides) -> exit code
-TASKS = {"optimize": "deepflow.commands.optimize:optimize_task", "sample": "deepflow.commands.sample:sample_task"}
+TASKS = {"optimize": "deepflow.commands.optimize:optimize_task", "sample": "deepflow.commands.sample:sample_task",
+         "best_mapping": "deepflow.commands.best_mapping:best_mapping_task"}
+# Hydra's own command-line flags (its argument parser's): a command line with one is Hydra's
+HYDRA_FLAGS = ("-m", "--multirun", "-c", "--cfg", "-i", "--info", "--resolve", "-p", "--package", "--hydra-help",
+               "--version", "-cd", "--config-dir", "-sc", "--shell-completion", "--experimental-rerun", "-cp",
+               "--config-path", "-cn", "--config-name")
 # the launchers deepflow's extras install, and the extra that installs each
 LAUNCHER_EXTRAS = {"joblib": "joblib", "ray": "ray", "submitit_local": "slurm", "submitit_slurm": "slurm"}
 _INSPECT = ("cfg", "info", "help", "hydra_help", "shell_completion")  # Hydra flags that run nothing

@@ -1,6 +1,6 @@
 """One parent MLflow run per Hydra multirun, a child run per job, and the sweep's table at the end.
 
-`MlflowParentRun` is a Hydra callback (conf/optimize.yaml, conf/sample.yaml: `hydra.callbacks`). In
+`SweepParent` is a Hydra callback (conf/optimize.yaml, conf/sample.yaml: `hydra.callbacks`). In
 the process that launches the sweep, before any job starts, it opens the parent run (which also
 creates the MLflow experiment and, for a new sqlite file, its schema, so parallel jobs never race
 for them) and writes its id to `<sweep dir>/mlflow_parent.json`. Every job, wherever its launcher
@@ -29,7 +29,8 @@ SUMMARY_FILE = "summary.json"
 # that prints the sweep's table and returns it as a DataFrame
 EXPERIMENTS = {"optimize": lambda cfg: str(OmegaConf.select(cfg, "tracking.experiment") or cfg.name),
                "sample": lambda cfg: str(OmegaConf.select(cfg, "tracking.experiment") or "samples")}
-REPORTS = {"optimize": "deepflow.run.summary:print_sweep", "sample": "deepflow.commands.sample:print_sweep"}
+REPORTS = {"optimize": "deepflow.run.summary:print_sweep", "sample": "deepflow.commands.sample:print_sweep",
+           "best_mapping": "deepflow.commands.best_mapping:print_sweep"}
 _open: dict[str, str] = {}  # parent run id -> tracking URI, for parents this process has not closed
 _failed: list[int] = []  # jobs without a summary in the multiruns this process finished
 
@@ -45,8 +46,9 @@ def swept_keys(cfg: DictConfig) -> list[str]:
     return declared + [k for k in given if k not in declared]
 
 
-class MlflowParentRun(Callback):
-    """Hydra callback: the parent MLflow run of a multirun of `command` (optimize | sample)."""
+class SweepParent(Callback):
+    """Hydra callback: the parent of a multirun of `command` (optimize | sample | best_mapping): its
+    MLflow parent run (not for best-mapping, which logs nothing, nor for `mlflow=false`) and its table."""
 
     def __init__(self, command: str) -> None:
         self.command = command
@@ -59,8 +61,8 @@ class MlflowParentRun(Callback):
 
         sweep_dir = Path(str(config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
-        if OmegaConf.select(config, "mlflow") is False:  # `deepflow sample mlflow=false`: files only
-            return
+        if self.command not in EXPERIMENTS or OmegaConf.select(config, "mlflow") is False:
+            return  # best-mapping (a query) and `deepflow sample mlflow=false`: the sweep table only
         uri = resolve_uri(OmegaConf.select(config, "tracking.uri"))
         client = client_for(uri)
         experiment_id = experiment_id_for(client, EXPERIMENTS[self.command](config))

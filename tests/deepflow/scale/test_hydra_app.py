@@ -130,3 +130,18 @@ def test_a_job_that_dies_fails_the_sweep_and_its_parent_and_keeps_the_finished_c
     assert len(parents) == 1 and parents[0].info.status == "FAILED"
     assert len(children) == 1 and children[0].info.status == "FINISHED" and children[0].data.params["seed"] == "0"
     assert len(pd.read_parquet(tmp_path / "blocked0" / "samples.parquet")) == 32
+
+
+def test_best_mapping_over_many_systems_is_a_multirun_that_logs_nothing(tmp_path):
+    """`deepflow best-mapping -m` searches each system in its own job (here two joblib processes),
+    each job's best mapping the one a single search gives, a table at the end, no MLflow store."""
+    out = deepflow(tmp_path, "best-mapping", "-m", "system.num_devices=512,1024", "model=llama3-70b",
+                   "hydra/launcher=joblib", "hydra.launcher.n_jobs=2")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "best mappings of 2 systems" in out.stdout and not (tmp_path / "mlflow.db").exists()
+    table = pd.read_csv(next((tmp_path / "outputs" / "multirun" / "best-mapping").glob("*/*/sweep.csv")))
+    assert sorted(table["devices"]) == [512, 1024] and (table["feasible"] > 0).all()
+    for devices, step_s in zip(table["devices"], table["best_step_time_s"]):
+        single = deepflow(tmp_path, "best-mapping", f"system.num_devices={devices}", "model=llama3-70b", "top_k=1",
+                          "output=json")
+        assert json.loads(single.stdout)["top"][0]["step_time_s"] == pytest.approx(step_s, rel=1e-12)
