@@ -8,8 +8,8 @@ from typing import Sequence
 
 import torch
 
-from analytical.codes import (DTYPE, FFN_CODES, GB, GIB, KIND_CODES, MIB, PRECISION_CODES, RECOMPUTE_CODES, TFLOPS,
-                              TOPOLOGY_CODES, US)
+from analytical.codes import (DTYPE, EP_DISPATCHER_CODES, FFN_CODES, GB, GIB, KIND_CODES, MIB, PRECISION_CODES,
+                              RECOMPUTE_CODES, TFLOPS, TOPOLOGY_CODES, US)
 from analytical.design import DesignBatch
 from analytical.power_cap import apply_power_limit
 from analytical.specs import AcceleratorSpec, MappingSpec, ModelSpec, SystemSpec
@@ -60,6 +60,7 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "hidden_size": model.hidden_size,
         "num_heads": model.num_heads,
         "num_kv_heads": model.kv_heads,
+        "head_dim": model.head_dim or 0,
         "ffn_hidden_size": model.ffn_size,
         "ffn_type": FFN_CODES[model.ffn_type],
         "vocab_size": model.vocab_size,
@@ -68,6 +69,8 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "top_k": model.top_k,
         "moe_ffn_hidden_size": model.expert_ffn_size,
         "num_shared_experts": model.num_shared_experts,
+        "moe_router_num_groups": model.moe_router_num_groups,
+        "moe_router_group_topk": model.moe_router_group_topk,
         "gemm_m": model.gemm_m,
         "gemm_n": model.gemm_n,
         "gemm_k": model.gemm_k,
@@ -89,6 +92,8 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "overlap_dp_comm": float(mapping.overlap_dp_comm),
         "overlap_tp_comm": float(mapping.overlap_tp_comm),
         "overlap_pp_comm": float(mapping.overlap_pp_comm),
+        "overlap_ep_comm": float(mapping.overlap_ep_comm),
+        "ep_dispatcher": EP_DISPATCHER_CODES[mapping.ep_dispatcher],
         "offload_layers": mapping.offload_layers,
     }
 

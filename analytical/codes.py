@@ -7,7 +7,8 @@ from enum import IntEnum
 
 import torch
 
-from analytical.specs import FFN_TYPES, MODEL_KINDS, PEAK_FORMATS, PRECISION_FORMAT, PRECISIONS, RECOMPUTE, TOPOLOGIES
+from analytical.specs import (EP_DISPATCHERS, FFN_TYPES, MODEL_KINDS, PEAK_FORMATS, PRECISION_FORMAT, PRECISIONS,
+                              RECOMPUTE, TOPOLOGIES)
 
 DTYPE = torch.float64  # every tensor of the model
 # integer codes of the categorical parameters (a DesignBatch stores them as float64)
@@ -18,6 +19,7 @@ FFN_CODES = {name: i for i, name in enumerate(FFN_TYPES)}
 KIND_CODES = {name: i for i, name in enumerate(MODEL_KINDS)}
 RECOMPUTE_CODES = {name: i for i, name in enumerate(RECOMPUTE)}
 TOPOLOGY_CODES = {name: i for i, name in enumerate(TOPOLOGIES)}
+EP_DISPATCHER_CODES = {name: i for i, name in enumerate(EP_DISPATCHERS)}
 
 # SI factors of the specs' human units
 TFLOPS = 1e12

@@ -68,6 +68,7 @@ class DesignBatch:
     hidden_size: torch.Tensor
     num_heads: torch.Tensor
     num_kv_heads: torch.Tensor
+    head_dim: torch.Tensor  # 0: hidden_size / num_heads
     ffn_hidden_size: torch.Tensor
     ffn_type: torch.Tensor
     vocab_size: torch.Tensor
@@ -76,6 +77,8 @@ class DesignBatch:
     top_k: torch.Tensor
     moe_ffn_hidden_size: torch.Tensor
     num_shared_experts: torch.Tensor
+    moe_router_num_groups: torch.Tensor
+    moe_router_group_topk: torch.Tensor
     gemm_m: torch.Tensor
     gemm_n: torch.Tensor
     gemm_k: torch.Tensor
@@ -98,6 +101,8 @@ class DesignBatch:
     overlap_dp_comm: torch.Tensor
     overlap_tp_comm: torch.Tensor
     overlap_pp_comm: torch.Tensor
+    overlap_ep_comm: torch.Tensor
+    ep_dispatcher: torch.Tensor  # EP_DISPATCHER_CODES
     offload_layers: torch.Tensor
 
     @property

@@ -51,7 +51,7 @@ import torch
 from analytical.build import single_design
 from analytical.codes import DTYPE, RECOMPUTE_CODES
 from analytical.design import DesignBatch
-from analytical.specs import PRECISIONS, RECOMPUTE, AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec
+from analytical.specs import EP_DISPATCHERS, PRECISIONS, RECOMPUTE, AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.model import StepResult, evaluate
 
@@ -268,7 +268,8 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
         zero_stage=num("zero_stage"), fsdp=flag("fsdp"), distributed_optimizer=flag("distributed_optimizer"),
         precision=PRECISIONS[num("precision")], flash_attention=flag("flash_attention"),
         overlap_dp_comm=flag("overlap_dp_comm"), overlap_tp_comm=flag("overlap_tp_comm"),
-        overlap_pp_comm=flag("overlap_pp_comm"), offload_layers=num("offload_layers"))
+        overlap_pp_comm=flag("overlap_pp_comm"), overlap_ep_comm=flag("overlap_ep_comm"),
+        ep_dispatcher=EP_DISPATCHERS[num("ep_dispatcher")], offload_layers=num("offload_layers"))
     return mapping.validate()
 
 

@@ -28,6 +28,12 @@ FFN_TYPES = ("gelu", "swiglu")
 MODEL_KINDS = ("transformer", "lstm", "gemm")
 RECOMPUTE = ("none", "selective", "full")
 TOPOLOGIES = ("fat-tree", "rail-optimized", "torus")
+# How an expert-parallel group moves tokens to their experts and back (Megatron-Core
+# moe_token_dispatcher_type / moe_flex_dispatcher_backend): `alltoall` sends one copy of a token
+# per chosen expert; `deepep` (DeepSeek's DeepEP) and `hybridep` (NVIDIA's HybridEP) send a token
+# once to each other scale-up domain that holds one of its experts and fan it out inside the
+# domain (DeepSeek-V3 technical report, arXiv 2412.19437, section 3.2.2)
+EP_DISPATCHERS = ("alltoall", "deepep", "hybridep")
 
 
 class SpecError(ValueError):
@@ -166,6 +172,9 @@ class ModelSpec:
     hidden_size: int = 1
     num_heads: int = 1
     num_kv_heads: Optional[int] = None  # None = num_heads (multi-head attention)
+    # width of one attention head (Megatron kv_channels, Hugging Face head_dim); None = hidden_size /
+    # num_heads. Qwen3, gpt-oss and others set it so that num_heads * head_dim != hidden_size
+    head_dim: Optional[int] = None
     ffn_hidden_size: Optional[int] = None  # None = 4 * hidden_size
     ffn_type: str = "gelu"
     vocab_size: int = 1
@@ -174,6 +183,11 @@ class ModelSpec:
     top_k: int = 1
     moe_ffn_hidden_size: Optional[int] = None  # width of one routed expert's MLP; None = ffn_hidden_size
     num_shared_experts: int = 0  # experts every token passes through besides its top_k (DeepSeek-style)
+    # group-limited routing (DeepSeek-V3's node-limited routing; Megatron-Core moe_router_num_groups
+    # and moe_router_group_topk): the experts form `moe_router_num_groups` contiguous groups and a
+    # token picks its top_k experts inside `moe_router_group_topk` of them; 1 and 1: no limit
+    moe_router_num_groups: int = 1
+    moe_router_group_topk: int = 1
     gemm_m: int = 1
     gemm_n: int = 1
     gemm_k: int = 1
@@ -203,15 +217,24 @@ class ModelSpec:
         if self.moe_ffn_hidden_size is not None:
             _check_int(spec, self, ("moe_ffn_hidden_size",))
         _check_int(spec, self, ("num_shared_experts",), minimum=0)
+        if self.head_dim is not None:
+            _check_int(spec, self, ("head_dim",))
         if self.kind == "transformer":
-            if self.hidden_size % self.num_heads:
+            if self.head_dim is None and self.hidden_size % self.num_heads:
                 raise SpecError(spec, "num_heads", self.num_heads,
-                                f"a divisor of hidden_size ({self.hidden_size})")
+                                f"a divisor of hidden_size ({self.hidden_size}) unless head_dim is given")
             if self.num_heads % self.kv_heads:
                 raise SpecError(spec, "num_kv_heads", self.num_kv_heads,
                                 f"a divisor of num_heads ({self.num_heads})")
         if self.top_k > self.num_experts:
             raise SpecError(spec, "top_k", self.top_k, f"<= num_experts ({self.num_experts})")
+        _check_int(spec, self, ("moe_router_num_groups", "moe_router_group_topk"))
+        if self.num_experts % self.moe_router_num_groups:
+            raise SpecError(spec, "moe_router_num_groups", self.moe_router_num_groups,
+                            f"a divisor of num_experts ({self.num_experts})")
+        if self.moe_router_num_groups > 1 and self.moe_router_group_topk > self.moe_router_num_groups:
+            raise SpecError(spec, "moe_router_group_topk", self.moe_router_group_topk,
+                            f"<= moe_router_num_groups ({self.moe_router_num_groups})")
         return self
 
 
@@ -247,6 +270,10 @@ class MappingSpec:
     # pipeline sends and receives of the steady 1F1B phase overlapped with compute (Megatron-Core's
     # overlap_p2p_comm, with interleaving): only the fill and flush transfers stay exposed
     overlap_pp_comm: bool = False
+    # the expert-parallel dispatch and combine of one micro-batch run beside the compute of another
+    # (Megatron-Core overlap_moe_expert_parallel_comm, "1F1B A2A overlap"; not with full recompute)
+    overlap_ep_comm: bool = False
+    ep_dispatcher: str = "alltoall"  # one of EP_DISPATCHERS
     # layers of each pipeline stage whose activations wait in host memory between the forward and
     # backward passes (Megatron-Core cpu_offloading_num_layers); their copies overlap compute
     offload_layers: int = 0
@@ -263,8 +290,14 @@ class MappingSpec:
             raise SpecError(spec, "fsdp", self.fsdp, "false unless zero_stage is 3 (FSDP shards weights)")
         _check_choice(spec, self, "recompute", RECOMPUTE)
         _check_choice(spec, self, "precision", PRECISIONS)
+        _check_choice(spec, self, "ep_dispatcher", EP_DISPATCHERS)
         _check_bool(spec, self, ("sequence_parallel", "fsdp", "distributed_optimizer", "flash_attention",
-                                 "overlap_dp_comm", "overlap_tp_comm", "overlap_pp_comm"))
+                                 "overlap_dp_comm", "overlap_tp_comm", "overlap_pp_comm", "overlap_ep_comm"))
+        if self.overlap_ep_comm and self.recompute == "full":
+            raise SpecError(spec, "overlap_ep_comm", self.overlap_ep_comm,
+                            "false with recompute=full (Megatron-Core's expert-parallel overlap schedules "
+                            "the forward and backward of two micro-batches together, which full "
+                            "recomputation breaks)")
         return self
 
 

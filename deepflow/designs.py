@@ -18,6 +18,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from analytical.codes import (
+    EP_DISPATCHER_CODES,
     FFN_CODES,
     GB,
     GIB,
@@ -71,15 +72,19 @@ SPEC_FIELDS: dict[str, tuple[str, str, float, Optional[dict]]] = {
     "top_k": ("model", "top_k", 1.0, None),
     "moe_ffn_hidden_size": ("model", "moe_ffn_hidden_size", 1.0, None),
     "num_shared_experts": ("model", "num_shared_experts", 1.0, None),
+    "head_dim": ("model", "head_dim", 1.0, None),
+    "moe_router_num_groups": ("model", "moe_router_num_groups", 1.0, None),
+    "moe_router_group_topk": ("model", "moe_router_group_topk", 1.0, None),
     "gemm_m": ("model", "gemm_m", 1.0, None),
     "gemm_n": ("model", "gemm_n", 1.0, None),
     "gemm_k": ("model", "gemm_k", 1.0, None),
     **{name: ("mapping", name, 1.0, None) for name in
        ("tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "micro_batch_size", "global_batch_size",
         "zero_stage", "fsdp", "distributed_optimizer", "flash_attention", "overlap_dp_comm", "overlap_tp_comm",
-        "overlap_pp_comm", "offload_layers")},
+        "overlap_pp_comm", "overlap_ep_comm", "offload_layers")},
     "recompute": ("mapping", "recompute", 1.0, RECOMPUTE_CODES),
     "precision": ("mapping", "precision", 1.0, PRECISION_CODES),
+    "ep_dispatcher": ("mapping", "ep_dispatcher", 1.0, EP_DISPATCHER_CODES),
 }
 SPEC_GROUPS = ("hardware", "system", "model", "mapping")
 
@@ -90,6 +95,8 @@ def _typed(spec_cls: type, field: str, value: float, codes: Optional[dict]) -> A
         return {code: name for name, code in codes.items()}[int(round(value))]
     default = {f.name: f for f in dataclasses.fields(spec_cls)}[field]
     kind = str(default.type)
+    if kind.startswith("Optional") and value == 0.0:
+        return None  # a batch's 0 for "derive it" (head_dim)
     if "bool" in kind:
         return bool(round(value))
     if "int" in kind:

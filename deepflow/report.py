@@ -30,6 +30,8 @@ def design_line(accelerator, system, model, mapping) -> str:
             f"precision={mapping.precision} "
             f"flash={int(mapping.flash_attention)}"
             + (" fsdp=1" if mapping.fsdp else "")
+            + (f" ep_dispatcher={mapping.ep_dispatcher}" if mapping.ep_dispatcher != "alltoall" else "")
+            + (" overlap_ep=1" if mapping.overlap_ep_comm else "")
             + (f" offload_layers={mapping.offload_layers}" if mapping.offload_layers else "")
             + (f" power_limit={accelerator.power_limit_w:g}W" if accelerator.power_limit_w else ""))
 

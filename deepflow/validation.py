@@ -105,13 +105,16 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
     model = ModelSpec(name=str(_opt(row, "model", "model")), num_layers=int(row["num_layers"]),
                       hidden_size=int(row["hidden_size"]), num_heads=heads,
                       num_kv_heads=int(_opt(row, "num_kv_heads", heads)),
+                      head_dim=(None if _opt(row, "head_dim", None) is None else int(row["head_dim"])),
                       ffn_hidden_size=int(_opt(row, "ffn_hidden_size", 4 * int(row["hidden_size"]))),
                       ffn_type=str(_opt(row, "ffn_type", "gelu")), vocab_size=int(row["vocab_size"]),
                       seq_length=int(row["seq_length"]), num_experts=int(_opt(row, "num_experts", 1)),
                       top_k=int(_opt(row, "top_k", 1)),
                       moe_ffn_hidden_size=(None if _opt(row, "moe_ffn_hidden_size", None) is None
                                            else int(row["moe_ffn_hidden_size"])),
-                      num_shared_experts=int(_opt(row, "num_shared_experts", 0)))
+                      num_shared_experts=int(_opt(row, "num_shared_experts", 0)),
+                      moe_router_num_groups=int(_opt(row, "moe_router_num_groups", 1)),
+                      moe_router_group_topk=int(_opt(row, "moe_router_group_topk", 1)))
     fsdp = bool(int(_opt(row, "fsdp", 0)))
     mapping = MappingSpec(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), cp=int(_opt(row, "cp", 1)),
                           ep=int(_opt(row, "ep", 1)), vp=int(_opt(row, "vp", 1)), sequence_parallel=bool(int(_opt(row, "sequence_parallel", 0))),
@@ -122,7 +125,9 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
                           precision=str(row["precision"]),
                           flash_attention=bool(int(_opt(row, "flash_attention", int(flash_attention)))),
                           offload_layers=int(_opt(row, "offload_layers", 0)),
-                          **{f"overlap_{k}_comm": bool(int(_opt(row, f"overlap_{k}_comm", 0))) for k in ("dp", "tp", "pp")})
+                          ep_dispatcher=str(_opt(row, "ep_dispatcher", "alltoall")),
+                          **{f"overlap_{k}_comm": bool(int(_opt(row, f"overlap_{k}_comm", 0)))
+                             for k in ("dp", "tp", "pp", "ep")})
     for spec in (system, model, mapping):
         try:
             spec.validate()
@@ -152,13 +157,17 @@ AUTO = "auto"
 
 def _lightest_recompute_that_fits(specs: list[tuple], rows: list[int]) -> list[tuple]:
     """`specs` with the mapping of each row of `rows` given the lightest recompute that fits its device
-    memory (full where none does; the run then reports out of memory)."""
+    memory (the heaviest allowed where none does; the run then reports out of memory). A row that
+    overlaps its expert-parallel communication never had full recompute (Megatron-Core refuses the pair)."""
     specs = list(specs)
-    options = ("none", "selective", "full")
-    trial = [(*specs[i][:3], dataclasses.replace(specs[i][3], recompute=o)) for i in rows for o in options]
-    oom = (evaluate(stack_designs(*zip(*trial))).reason == int(Reason.OUT_OF_MEMORY)).reshape(len(rows), len(options))
+
+    def options(i: int) -> tuple[str, ...]:
+        return ("none", "selective", "selective") if specs[i][3].overlap_ep_comm else ("none", "selective", "full")
+
+    trial = [(*specs[i][:3], dataclasses.replace(specs[i][3], recompute=o)) for i in rows for o in options(i)]
+    oom = (evaluate(stack_designs(*zip(*trial))).reason == int(Reason.OUT_OF_MEMORY)).reshape(len(rows), 3)
     for i, fits in zip(rows, (~oom).tolist()):
-        choice = options[fits.index(True)] if any(fits) else "full"
+        choice = options(i)[fits.index(True) if any(fits) else -1]
         specs[i] = (*specs[i][:3], dataclasses.replace(specs[i][3], recompute=choice))
     return specs
 

@@ -23,7 +23,7 @@ import json
 import math
 import warnings
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -34,9 +34,15 @@ from analytical.codes import DTYPE, Reason
 from analytical.design import DesignBatch
 from analytical.space import CATEGORY_CODES, DesignSpace, Parameter
 from analytical.specs import SpecError
+from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.model import StepResult
 
 SPACE_FORMAT_VERSION = 1
+# DesignBatch fields newer than format 1's first records, with the value that reproduces those
+# records' designs (heads of hidden_size / num_heads, no router group limit, the plain all-to-all
+# dispatcher, no EP overlap)
+ADDED_FIELD_DEFAULTS = {"head_dim": 0.0, "moe_router_num_groups": 1.0, "moe_router_group_topk": 1.0,
+                        "overlap_ep_comm": 0.0, "ep_dispatcher": 0.0}
 PARQUET_SPACE_KEY = b"deepflow.space"
 CHIP_PREFIX = "chip_"  # samples columns of a derived chip (samples_frame)
 ENCODING_PREFIX = "u_"
@@ -51,8 +57,9 @@ class ExtrapolationWarning(UserWarning):
 
 # --- the space as JSON ----------------------------------------------------------------------------
 def space_to_dict(space: DesignSpace) -> dict[str, Any]:
-    """The space as plain JSON-ready data: its parameters, its template design (SI floats) and its
-    chip template (`ChipSpec` fields, None for a space that derives no chip)."""
+    """The space as plain JSON-ready data: its parameters, its template design (SI floats), its
+    chip template (`ChipSpec` fields, None for a space that derives no chip) and the efficiency
+    constants its designs are evaluated with (a calibration's, when the samples used one)."""
     params = []
     for p in space.parameters:
         entry = dataclasses.asdict(p)
@@ -61,7 +68,7 @@ def space_to_dict(space: DesignSpace) -> dict[str, Any]:
     template = {name: float(value[0]) for name, value in space.template.fields().items()}
     chip = dataclasses.asdict(space.chip) if getattr(space, "chip", None) is not None else None
     return {"format_version": SPACE_FORMAT_VERSION, "name": space.name, "parameters": params,
-            "template": template, "chip": chip}
+            "template": template, "chip": chip, "efficiency": space.efficiency.as_dict()}
 
 
 def parameters_from_dict(space: Mapping[str, Any]) -> tuple[Parameter, ...]:
@@ -72,9 +79,11 @@ def parameters_from_dict(space: Mapping[str, Any]) -> tuple[Parameter, ...]:
 
 
 def space_from_dict(space: Mapping[str, Any]) -> DesignSpace:
-    """The `DesignSpace` of a `space_to_dict` record (template fields the record lacks, e.g. ones
-    added to `DesignBatch` after it was written, are a SpecError naming them)."""
-    template = space.get("template", {})
+    """The `DesignSpace` of a `space_to_dict` record. Template fields added to `DesignBatch` after
+    the record was written take `ADDED_FIELD_DEFAULTS`; any other missing field is a SpecError
+    naming it."""
+    # fields added to DesignBatch later default to the value that leaves an older record's designs as they were
+    template = {**ADDED_FIELD_DEFAULTS, **space.get("template", {})}
     missing = [f.name for f in dataclasses.fields(DesignBatch) if f.name not in template]
     if missing:
         raise SpecError("space", "template", ", ".join(missing), "a value for every DesignBatch field")
@@ -82,7 +91,19 @@ def space_from_dict(space: Mapping[str, Any]) -> DesignSpace:
                            for f in dataclasses.fields(DesignBatch)})
     chip = ChipSpec(**space["chip"]) if space.get("chip") else None
     return DesignSpace(name=str(space["name"]), parameters=parameters_from_dict(space), template=batch,
-                       chip=chip).validate()
+                       chip=chip, efficiency=_efficiency(space.get("efficiency"))).validate()
+
+
+def _efficiency(record: Optional[Mapping[str, Any]]) -> Efficiency:
+    """The constants of a space record; a record written before they were kept was labelled with
+    the defaults of its day, today's defaults are the nearest."""
+    if not record:
+        return DEFAULT_EFFICIENCY
+    known = DEFAULT_EFFICIENCY.as_dict()
+    for key, value in record.items():
+        if key not in known or isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError("space", f"efficiency.{key}", value, "Efficiency fields with numbers: " + ", ".join(known))
+    return dataclasses.replace(DEFAULT_EFFICIENCY, **{k: float(v) for k, v in record.items()})
 
 
 def template_design(space: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,8 @@ latency `alpha` per step; Thakur et al. 2005, Patarasuk & Yuan 2009, NCCL's docu
 - tree all-reduce:      2 bytes/bw + 2 log2(n) alpha   (pipelined double binary tree)
 - ring all-gather / reduce-scatter:  (n-1)/n * bytes/bw + (n-1) alpha  (bytes = gathered size)
 - all-to-all (pairwise): (n-1)/n * bytes/bw + (n-1) alpha
+- MoE dispatch deduplicated per scale-up domain (DeepEP, HybridEP): each token once through the NIC
+  to every other domain holding one of its experts, then over the scale-up fabric to the experts
 - point-to-point:        bytes/bw + alpha
 - hierarchical all-reduce over `n_local` ranks per fast domain and `n_domains` domains:
   reduce-scatter inside, all-reduce of bytes/n_local across, all-gather inside.
@@ -94,6 +96,39 @@ def group_all_to_all_time_s(bytes_, size, stride, domain, up_bw, up_alpha, out_b
     inside = (n_local - 1.0) / size
     across = _only_groups(size - n_local + 1.0, leaving * bytes_ / out_bw + (size - n_local) * out_alpha)
     return _only_groups(size, across + _only_groups(n_local, inside * bytes_ / up_bw + (n_local - 1.0) * up_alpha))
+
+
+def expected_domains_per_token(top_k, n_domains, num_groups, group_topk):
+    """Expected number of scale-up domains that hold at least one of a token's `top_k` experts,
+    the experts spread evenly over `n_domains` domains and chosen alike by a balanced router:
+    n (1 - (1 - 1/n)^k). Group-limited routing caps it (`num_groups` contiguous expert groups, a
+    token's experts inside `group_topk` of them; DeepSeek-V3's node-limited routing): with G >= n
+    groups (G/n per domain), g groups touch n (1 - C(G - G/n, g) / C(G, g)) domains on average;
+    with G < n each group spans n/G domains, so at most g n / G. `num_groups` 1: no cap."""
+    n, big_g, g = n_domains, num_groups, group_topk
+    free = n * (1.0 - (1.0 - 1.0 / n) ** top_k)
+    rest = big_g - big_g / n  # groups outside one domain
+    log_ratio = (torch.lgamma(rest + 1.0) - torch.lgamma(torch.clamp_min(rest - g + 1.0, 1.0))
+                 - torch.lgamma(big_g + 1.0) + torch.lgamma(big_g - g + 1.0))
+    missed = torch.where(rest >= g, torch.exp(log_ratio), torch.zeros_like(rest))
+    capped = torch.where(big_g >= n, n * (1.0 - missed), torch.minimum(g * n / big_g, n))
+    return torch.where(big_g > 1, torch.minimum(free, capped), free)
+
+
+def group_dispatch_time_s(token_bytes, top_k, num_groups, group_topk, size, stride, domain,
+                          up_bw, up_alpha, out_bw, out_alpha):
+    """MoE token dispatch (or combine) of a placed expert-parallel group that sends each token once
+    to every other scale-up domain holding one of its experts and forwards it there to the experts
+    (DeepEP, HybridEP; DeepSeek-V3 report section 3.2.2): through the NIC `token_bytes` times the
+    expected other domains (`expected_domains_per_token` times (n-1)/n), over the scale-up fabric
+    the `top_k` copies' share bound for the other members of the domain."""
+    n_local, n_domains = placement(size, stride, domain)
+    domains = expected_domains_per_token(top_k, n_domains, num_groups, group_topk)
+    across = _only_groups(n_domains, domains * (n_domains - 1.0) / n_domains * token_bytes / out_bw
+                          + (n_domains - 1.0) * out_alpha)
+    inside = _only_groups(n_local, top_k * token_bytes * (n_local - 1.0) / n_local / up_bw
+                          + (n_local - 1.0) * up_alpha)
+    return _only_groups(size, across + inside)
 
 
 def p2p_link(size, stride, domain, up_bw, up_alpha, out_bw, out_alpha):

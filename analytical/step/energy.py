@@ -44,7 +44,9 @@ from analytical.step.workload import (
     Gemms,
     activation_bytes_per_element,
     attention_core_flops,
+    attention_width,
     gemm_bytes_per_element,
+    head_dim,
     is_kind,
     local_tokens,
     logit_gemm_flops,
@@ -219,7 +221,7 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
     transformer = is_kind(d, "transformer")
     flash = d.flash_attention * transformer
     flash_flops = attention_core_flops(d) * flash
-    qkvo_bytes = 4.0 * local_tokens(d) * d.hidden_size / d.tp * elem * flash
+    qkvo_bytes = 4.0 * local_tokens(d) * attention_width(d) / d.tp * elem * flash
     mb_bytes, _ = memory_bound_bytes_per_layer(d)
     scores = d.micro_batch_size * d.num_heads / d.tp * (d.seq_length / d.cp) * d.seq_length
     core_mem_bytes = 4.5 * scores * elem * (1.0 - d.flash_attention) * transformer
@@ -282,6 +284,15 @@ def all_to_all_link_bytes(bytes_, size, stride, domain) -> tuple[torch.Tensor, t
     return (n_local - 1.0) / size * bytes_, (size - n_local) / size * bytes_
 
 
+def dispatch_link_bytes(token_bytes, top_k, num_groups, group_topk, size, stride,
+                        domain) -> tuple[torch.Tensor, torch.Tensor]:
+    """A dispatch deduplicated per scale-up domain (`collectives.group_dispatch_time_s`): a token
+    once through the NIC to each other domain holding one of its experts, then forwarded inside."""
+    n_local, n_domains = coll.placement(size, stride, domain)
+    domains = coll.expected_domains_per_token(top_k, n_domains, num_groups, group_topk)
+    return top_k * token_bytes * _fraction(n_local), domains * _fraction(n_domains) * token_bytes
+
+
 def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`(scale_up, scale_out)` bytes sent by all devices in one step (`(batch,)` each): the collectives
     of `analytical.step.model` (tp, cp, ep per layer and micro-batch, pipeline point-to-point, data parallel)."""
@@ -296,11 +307,15 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     per_layer = micro_batches * d.num_layers / d.pp * devices  # rank-layer-micro-batches in a step
 
     tp = all_reduce_link_bytes(tokens * d.hidden_size * elem * transformer, d.tp, one, domain)
-    kv_bytes = 2.0 * tokens * d.num_kv_heads * (d.hidden_size / d.num_heads) / d.tp * elem * d.cp * transformer
+    kv_bytes = 2.0 * tokens * d.num_kv_heads * head_dim(d) / d.tp * elem * d.cp * transformer
     cp = all_gather_link_bytes(kv_bytes, d.cp, d.tp, domain)
     moe = (d.num_experts > 1).to(d.tp.dtype) * transformer
     sp_div = torch.where(d.sequence_parallel > 0, d.tp, torch.ones_like(d.tp))  # as analytical.step.model
-    ep = all_to_all_link_bytes(tokens * d.hidden_size * d.top_k * elem * moe / sp_div, d.ep, d.tp * d.cp, domain)
+    token_bytes = tokens * d.hidden_size * elem * moe / sp_div
+    copies = all_to_all_link_bytes(token_bytes * d.top_k, d.ep, d.tp * d.cp, domain)
+    dedup = dispatch_link_bytes(token_bytes, d.top_k, d.moe_router_num_groups, d.moe_router_group_topk,
+                                d.ep, d.tp * d.cp, domain)
+    ep = tuple(torch.where(d.ep_dispatcher > 0, x, y) for x, y in zip(dedup, copies))
     counts = {"tp": 4.0 + 2.0 * full, "cp": 3.0 + full, "ep": 4.0 + 2.0 * full}  # fwd + bwd (+ recompute)
 
     # pipeline: a forward activation and a backward gradient per micro-batch and chunk boundary

@@ -33,7 +33,9 @@ from analytical.step.workload import (
     GEMM_SLOTS,
     activation_bytes_per_element,
     attention_core_flops,
+    attention_width,
     gemm_bytes_per_element,
+    head_dim,
     is_kind,
     is_narrow,
     layer_forward_flops_per_sequence,
@@ -211,7 +213,7 @@ def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer
     mb_bytes, mb_kernels = memory_bound_bytes_per_layer(d)
     fwd_mem = memory_bound_time_s(mb_bytes, mb_kernels, d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
     core_flops = attention_core_flops(d) * d.flash_attention
-    qkvo_bytes = 4.0 * local_tokens(d) * d.hidden_size / d.tp * elem * d.flash_attention
+    qkvo_bytes = 4.0 * local_tokens(d) * attention_width(d) / d.tp * elem * d.flash_attention
     peak16 = sixteen_bit_peak(d, peak)
     flash_fwd = flash_attention_time_s(core_flops, qkvo_bytes, peak16, d.hbm_bw_bytes_per_s,
                                        d.kernel_launch_s, eff)
@@ -242,23 +244,34 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
                       torch.ones_like(d.tp)) * transformer
     tp_hide = d.overlap_tp_comm
     # context parallel (ring attention): K and V circulate, overlapped with the attention kernels
-    kv_bytes = 2.0 * tokens * d.num_kv_heads * (d.hidden_size / d.num_heads) / d.tp * elem * d.cp
+    kv_bytes = 2.0 * tokens * d.num_kv_heads * head_dim(d) / d.tp * elem * d.cp
     cp_ag = _on_group(coll.group_all_gather_time_s, d, links, kv_bytes, d.cp, d.tp) * transformer
-    # expert parallel: dispatch and combine all-to-all, forward and backward
+    # expert parallel: dispatch and combine, forward and backward, as an all-to-all of every
+    # (token, expert) copy or deduplicated per scale-up domain (ep_dispatcher deepep / hybridep)
     moe = (d.num_experts > 1).to(d.tp.dtype) * transformer
     # with sequence parallelism each tensor-parallel rank dispatches only its 1/tp of the tokens
     # (Megatron-Core MoE: the token dispatcher runs on the sequence-parallel shards)
     sp_div = torch.where(d.sequence_parallel > 0, d.tp, torch.ones_like(d.tp))
-    ep_bytes = tokens * d.hidden_size * d.top_k * elem / sp_div
-    ep_a2a = _on_group(coll.group_all_to_all_time_s, d, links, ep_bytes, d.ep, d.tp * d.cp) * moe
-    return {
-        "tp_fwd": _exposed(2.0 * tp_ar, tp_hide * layer.fwd_slots[..., TP_OVERLAP_SLOTS].sum(-1), eff),
-        "tp_bwd": _exposed(2.0 * tp_ar, tp_hide * layer.bwd_slots[..., TP_OVERLAP_SLOTS].sum(-1), eff),
-        "cp_fwd": _exposed(cp_ag, layer.flash_fwd + layer.core_fwd, eff),
-        "cp_bwd": _exposed(2.0 * cp_ag, layer.flash_bwd + layer.bwd_slots[..., CORE_SLOTS].sum(-1), eff),
-        "ep_fwd": 2.0 * ep_a2a,
-        "ep_bwd": 2.0 * ep_a2a,
-    }
+    token_bytes = tokens * d.hidden_size * elem / sp_div
+    copies = _on_group(coll.group_all_to_all_time_s, d, links, token_bytes * d.top_k, d.ep, d.tp * d.cp)
+    dedup = coll.group_dispatch_time_s(token_bytes, d.top_k, d.moe_router_num_groups, d.moe_router_group_topk,
+                                       d.ep, d.tp * d.cp, d.scale_up_domain, *links)
+    ep_a2a = torch.where(d.ep_dispatcher > 0, dedup, copies) * moe
+    tp_fwd = _exposed(2.0 * tp_ar, tp_hide * layer.fwd_slots[..., TP_OVERLAP_SLOTS].sum(-1), eff)
+    tp_bwd = _exposed(2.0 * tp_ar, tp_hide * layer.bwd_slots[..., TP_OVERLAP_SLOTS].sum(-1), eff)
+    cp_fwd = _exposed(cp_ag, layer.flash_fwd + layer.core_fwd, eff)
+    cp_bwd = _exposed(2.0 * cp_ag, layer.flash_bwd + layer.bwd_slots[..., CORE_SLOTS].sum(-1), eff)
+    # overlapped (overlap_ep_comm), the forward of one micro-batch and the backward of another run as
+    # one unit (Megatron-Core's combined 1F1B schedule): the dispatch and combine of each hide behind
+    # the other's compute, as far as the tp and cp traffic hidden there leaves it free; what stays
+    # exposed is charged to the backward, whose wall time the data-parallel reduction hides behind
+    ep_hide = d.overlap_ep_comm
+    free = (_relu(layer.forward - (2.0 * tp_ar - tp_fwd) - (cp_ag - cp_fwd))
+            + _relu(layer.backward - (2.0 * tp_ar - tp_bwd) - (2.0 * cp_ag - cp_bwd)))
+    merged = _exposed(4.0 * ep_a2a, free, eff)
+    return {"tp_fwd": tp_fwd, "tp_bwd": tp_bwd, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd,
+            "ep_fwd": (1.0 - ep_hide) * 2.0 * ep_a2a,
+            "ep_bwd": torch.where(ep_hide > 0, merged, 2.0 * ep_a2a)}
 
 
 def _output_layer(d: DesignBatch, peak, elem, eff: Efficiency) -> dict[str, torch.Tensor]:

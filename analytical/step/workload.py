@@ -89,7 +89,14 @@ def activation_bytes_per_element(d: DesignBatch) -> torch.Tensor:
 
 @per_evaluation
 def head_dim(d: DesignBatch) -> torch.Tensor:
-    return d.hidden_size / d.num_heads
+    """Width of one attention head: `head_dim` where the model sets it, else hidden / heads."""
+    return torch.where(d.head_dim > 0, d.head_dim, d.hidden_size / d.num_heads)
+
+
+@per_evaluation
+def attention_width(d: DesignBatch) -> torch.Tensor:
+    """Query (and attention output) width, heads x head_dim: the hidden size unless head_dim is set."""
+    return torch.where(d.head_dim > 0, d.num_heads * d.head_dim, d.hidden_size)
 
 
 @per_evaluation
@@ -209,7 +216,7 @@ def attention_core_flops(d: DesignBatch) -> torch.Tensor:
 
     Unfused kernels compute the full square; a causal flash kernel skips the masked half.
     """
-    full = 4.0 * local_tokens(d) * d.seq_length * d.hidden_size / d.tp * is_kind(d, "transformer")
+    full = 4.0 * local_tokens(d) * d.seq_length * attention_width(d) / d.tp * is_kind(d, "transformer")
     return full * (1.0 - 0.5 * d.flash_attention)
 
 
@@ -268,7 +275,7 @@ def layer_forward_flops_per_sequence(d: DesignBatch, gemms: Gemms | None = None)
     router = torch.zeros(len(GEMM_SLOTS), dtype=t.dtype)
     router[ROUTER_SLOT] = 1.0
     scale = c * (t * (1.0 - router) + router)
-    core = 4.0 * d.micro_batch_size * d.seq_length**2 * d.hidden_size * is_kind(d, "transformer")
+    core = 4.0 * d.micro_batch_size * d.seq_length**2 * attention_width(d) * is_kind(d, "transformer")
     per_micro_batch = (2.0 * gemms.m * gemms.n * gemms.k * gemms.count * gemms.serial * scale).sum(-1)
     return (per_micro_batch + d.flash_attention * core) / d.micro_batch_size, core / d.micro_batch_size
 
@@ -302,7 +309,8 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     sp_div = torch.where(d.sequence_parallel > 0, t, 1.0)
     replicated = 10.0 * th / sp_div  # two norm inputs, two GEMM inputs, two dropout masks
     kv_ratio = d.num_kv_heads / d.num_heads
-    attention = (2.0 + 4.0 * kv_ratio + 2.0) * th / t  # Q, K, V, and the output-projection input
+    ta = local_tokens(d) * attention_width(d)
+    attention = (2.0 + 4.0 * kv_ratio + 2.0) * ta / t  # Q, K, V, and the output-projection input
     ffn_tensors = 2.0 + 2.0 * ffn_gate_factor(d)  # gelu: fc1 out, fc2 in; swiglu: gate, up, product
     mlp = ffn_tensors * local_tokens(d) * mlp_width(d) / t
     # LLaMA-style models train without dropout: no masks (1 byte per element each, 2 of the 10)
@@ -311,7 +319,7 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     # the fp8 copy, not the 16-bit one): the QKV and fc1 inputs (2 of the replicated 10), the
     # output-projection input (2 of attention's) and fc2's input (2 of the MLP's) shrink to their
     # format's bytes. Q, K, V stay 16-bit for the fused attention kernel.
-    saved_gemm_inputs = 4.0 * th / sp_div + 2.0 * th / t + 2.0 * local_tokens(d) * mlp_width(d) / t
+    saved_gemm_inputs = 4.0 * th / sp_div + 2.0 * ta / t + 2.0 * local_tokens(d) * mlp_width(d) / t
     narrow_saving = is_narrow(d) * saved_gemm_inputs * (1.0 - gemm_bytes_per_element(d) / 2.0)
     square = 5.0 * d.micro_batch_size * d.num_heads * (d.seq_length / d.cp) * d.seq_length / t
     keeps_square = (d.recompute == RECOMPUTE_CODES["none"]).to(t.dtype) * (1.0 - d.flash_attention)
@@ -386,7 +394,7 @@ def memory_bound_bytes_per_layer(d: DesignBatch) -> tuple[torch.Tensor, torch.Te
     permute = moe * 4.0 * th * d.top_k
     scores = d.micro_batch_size * d.num_heads / t * (d.seq_length / d.cp) * d.seq_length
     softmax_dropout = 4.5 * scores * (1.0 - d.flash_attention)
-    casts = is_narrow(d) * th / t * (elem + 2.0 * gemm_bytes_per_element(d))
+    casts = is_narrow(d) * local_tokens(d) * attention_width(d) / t * (elem + 2.0 * gemm_bytes_per_element(d))
     tr_bytes = tr * (elem * (norms + residual + act + permute + softmax_dropout) + casts)
     tr_kernels = tr * (5.0 + 2.0 * moe + 2.0 * (1.0 - d.flash_attention) + 4.0 * is_narrow(d))
     lstm_bytes = lstm * elem * 12.0 * local_tokens(d) * d.hidden_size

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from analytical import AcceleratorSpec, DesignBatch, ModelSpec, StepResult, SystemSpec, evaluate, single_design
-from analytical.codes import DTYPE, GIB, MIB
+from analytical.codes import DTYPE, GIB, MIB, RECOMPUTE_CODES
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -300,6 +300,15 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
         fsdp=(fields["zero_stage"] == 3).to(DTYPE) * ints(0, 1),
         overlap_pp_comm=ints(0, 1),
         offload_layers=ints(0, 1) * ints(0, 8),
+    )
+    # expert-parallel dispatch and overlap, router groups (added later still)
+    groups = torch.where(experts > 1, 2.0 ** ints(0, 1), torch.ones(n, dtype=DTYPE))
+    fields.update(
+        moe_router_num_groups=groups,
+        moe_router_group_topk=torch.where(groups > 1, ints(1, 2), torch.ones(n, dtype=DTYPE)),
+        overlap_ep_comm=ints(0, 1) * (fields["recompute"] != RECOMPUTE_CODES["full"]).to(DTYPE),
+        ep_dispatcher=ints(0, 2),
+        head_dim=ints(0, 1) * 2.0 ** ints(5, 8),  # derived, or 32..256 (heads x head_dim != hidden)
     )
     return DesignBatch(**fields)
 

@@ -117,3 +117,13 @@ def test_spec_from_dict_rejects_unknown_key(cls, key):
 
 def test_spec_error_is_a_value_error():
     assert issubclass(SpecError, ValueError)
+
+
+def test_head_dim_must_be_a_positive_integer_and_frees_the_head_count():
+    with pytest.raises(SpecError) as info:
+        ModelSpec(hidden_size=2880, num_heads=64, head_dim=0).validate()
+    assert info.value.field == "head_dim"
+    with pytest.raises(SpecError) as info:
+        ModelSpec(hidden_size=2880, num_heads=128).validate()  # 2880 / 128 is not a whole head
+    assert info.value.field == "num_heads" and "head_dim" in str(info.value)
+    ModelSpec(hidden_size=2880, num_heads=128, head_dim=64).validate()

@@ -82,6 +82,38 @@ def test_space_json_rebuilds_the_same_designs(space, samples):
     assert torch.equal(a.reason, b.reason)
 
 
+def test_a_record_written_before_the_newer_fields_rebuilds_the_same_designs(space, samples):
+    """A surrogate's space record from before head_dim, router groups and the EP dispatcher existed
+    loads with the defaults that leave its designs as they were; another missing field is an error."""
+    from surrogates.columns import ADDED_FIELD_DEFAULTS
+
+    u, _ = samples
+    record = json.loads(space_json(space))
+    for name in ADDED_FIELD_DEFAULTS:
+        record["template"].pop(name)
+    old = space_from_dict(record)
+    assert torch.equal(old.evaluate(u).step_time_s, space.evaluate(u).step_time_s)
+    record["template"].pop("hidden_size")
+    with pytest.raises(SpecError, match="hidden_size"):
+        space_from_dict(record)
+
+
+def test_the_record_keeps_the_constants_the_designs_were_labelled_with(space, samples):
+    """A space evaluated with a calibration's constants comes back with them (so `query verify=true`
+    checks a surrogate against the model that labelled its samples); a bad constant names the field."""
+    import dataclasses
+
+    u, _ = samples
+    calibrated = dataclasses.replace(space, efficiency=dataclasses.replace(space.efficiency, gemm_peak_fraction=0.5))
+    again = space_from_dict(json.loads(space_json(calibrated)))
+    assert again.efficiency == calibrated.efficiency
+    assert torch.equal(again.evaluate(u).step_time_s, calibrated.evaluate(u).step_time_s)
+    record = json.loads(space_json(space))
+    record["efficiency"]["gemm_peak_fractoin"] = 0.5
+    with pytest.raises(SpecError, match="gemm_peak_fractoin"):
+        space_from_dict(record)
+
+
 def test_samples_keep_infeasible_rows_with_their_reason(space, samples):
     u, df = samples
     assert len(df) == u.shape[0]

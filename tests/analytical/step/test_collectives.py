@@ -184,3 +184,62 @@ def test_collectives_decrease_with_bandwidth():
         faster_nvl = fn(t(B), sizes, strides, t(8), t(2 * UP_BW), t(UP_ALPHA), t(OUT_BW), t(OUT_ALPHA))
         assert torch.all(faster_nic <= base) and torch.all(faster_nvl <= base), fn.__name__
         assert torch.any(faster_nic < base) and torch.any(faster_nvl < base), fn.__name__
+
+
+@pytest.mark.parametrize("k,n", [(1, 4), (2, 2), (8, 4), (8, 8), (4, 8)])
+def test_expected_domains_without_groups_is_the_occupancy_formula(k, n):
+    # k experts chosen alike over n domains: every domain is missed with probability (1 - 1/n)^k
+    got = coll.expected_domains_per_token(t(k), t(n), t(1), t(1))
+    assert close(got, n * (1 - (1 - 1 / n) ** k))
+
+
+def _domains_by_enumeration(n, groups, group_topk):
+    """Mean number of domains covered by `group_topk` of `groups` contiguous groups (groups >= n, so
+    group g lies in domain g n / groups), over every choice of the groups."""
+    import itertools
+
+    picks = list(itertools.combinations(range(groups), group_topk))
+    return sum(len({g * n // groups for g in c}) for c in picks) / len(picks)
+
+
+@pytest.mark.parametrize("groups,group_topk,n", [(8, 4, 4), (8, 4, 8), (8, 2, 4), (16, 3, 4)])
+def test_group_limited_routing_caps_the_domains_at_the_groups_mean(groups, group_topk, n):
+    """With G >= n groups the cap is the mean number of domains `group_topk` groups cover, checked by
+    enumerating every group choice; a token with many experts reaches that cap, one with one expert
+    stays at one domain."""
+    want = _domains_by_enumeration(n, groups, group_topk)
+    many = coll.expected_domains_per_token(t(64), t(n), t(groups), t(group_topk))
+    assert close(many, want, rel=1e-9)
+    one = coll.expected_domains_per_token(t(1), t(n), t(groups), t(group_topk))
+    assert close(one, 1.0)
+
+
+def test_fewer_groups_than_domains_span_several_domains_each():
+    # 2 groups over 8 domains, a token inside 1 group: at most 4 domains (DeepSeek-V3 at ep 256)
+    got = coll.expected_domains_per_token(t(8), t(8), t(2), t(1))
+    assert close(got, min(4.0, 8 * (1 - (7 / 8) ** 8)))
+
+
+DISPATCH_LINKS = (t(UP_BW), t(UP_ALPHA), t(OUT_BW), t(OUT_ALPHA))
+
+
+@pytest.mark.parametrize("size,k", [(32, 8), (64, 8), (16, 2), (64, 4)])
+def test_deduplicated_dispatch_sends_one_copy_per_remote_domain(size, k):
+    """Domains of 8, stride 1: the NIC carries token bytes x expected other domains, the scale-up
+    fabric the k copies' share for the 7 other members; never more than the all-to-all of k copies'
+    NIC share, and equal to it for one expert per token."""
+    tok = 1e8
+    n = size / 8
+    got = coll.group_dispatch_time_s(t(tok), t(k), t(1), t(1), t(size), t(1), t(8), *DISPATCH_LINKS)
+    domains = n * (1 - (1 - 1 / n) ** k)
+    want = (domains * (n - 1) / n * tok / OUT_BW + (n - 1) * OUT_ALPHA
+            + k * tok * 7 / 8 / UP_BW + 7 * UP_ALPHA)
+    assert close(got, want)
+    copies = coll.group_all_to_all_time_s(t(k * tok), t(size), t(1), t(8), *DISPATCH_LINKS)
+    assert float(got) < float(copies)
+
+
+def test_deduplicated_dispatch_inside_one_domain_never_uses_the_nic():
+    args = (t(1e8), t(8), t(1), t(1), t(64), t(1), t(72), t(UP_BW), t(UP_ALPHA))
+    assert float(coll.group_dispatch_time_s(*args, t(0.0), t(OUT_ALPHA))) > 0  # a zero NIC bandwidth is not touched
+    assert float(coll.group_dispatch_time_s(t(1e8), t(8), t(1), t(1), t(1), t(1), t(8), *DISPATCH_LINKS)) == 0.0

@@ -8,6 +8,8 @@ layer.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -139,6 +141,31 @@ def test_causal_flash_attention_computes_half_the_square(a100, system, design, g
     s, h = 2048, 12288
     assert float(full[0]) == 4.0 * s * s * h
     assert float(flash[0]) == 0.5 * float(full[0])
+
+
+def test_explicit_head_dim_widens_attention_not_the_mlp(a100, system, design):
+    """Qwen3-30B-A3B-like attention (Hugging Face config: hidden 2048, 32 heads of head_dim 128, 4 kv
+    heads): QKV is 2048 x (32 + 2 x 4) x 128, the output projection 4096 x 2048, the attention core
+    4 s^2 (32 x 128) per sequence; parameters follow; the MLP is untouched."""
+    base = ModelSpec(name="q", num_layers=2, hidden_size=2048, num_heads=32, num_kv_heads=4, ffn_hidden_size=6144,
+                     ffn_type="swiglu", vocab_size=1000, seq_length=1024)
+    wide = dataclasses.replace(base, head_dim=128)
+    d0, d1 = design(a100, system, base, MappingSpec()), design(a100, system, wide, MappingSpec())
+    g0, g1 = layer_gemms(d0), layer_gemms(d1)
+    qkv, out, up = (GEMM_SLOTS.index(n) for n in ("qkv", "attention_out", "ffn_up"))
+    assert float(g1.n[0, qkv]) == (32 + 2 * 4) * 128 and float(g1.k[0, out]) == 32 * 128
+    assert float(g0.n[0, qkv]) == (32 + 2 * 4) * 64
+    assert float(g1.n[0, up]) == float(g0.n[0, up])
+    assert float(attention_core_flops(d1)[0]) == 4.0 * 1024 * 1024 * 32 * 128 * 0.5  # causal flash
+    attention_params = 2048 * (32 + 2 * 4) * 128 + 32 * 128 * 2048
+    assert float(total_params(d1)[0] - total_params(d0)[0]) == 2 * (attention_params - 2048 * 40 * 64 - 2048 * 2048)
+
+
+def test_head_dim_none_is_hidden_over_heads(a100, system, design, gpt3):
+    explicit = dataclasses.replace(gpt3, head_dim=128)
+    a, b = design(a100, system, gpt3, MappingSpec()), design(a100, system, explicit, MappingSpec())
+    assert float(model_flops_per_step(a)[0]) == float(model_flops_per_step(b)[0])
+    assert float(activation_bytes_per_layer(a)[0]) == float(activation_bytes_per_layer(b)[0])
 
 
 @pytest.mark.parametrize("precision,nbytes", [("fp32", 4), ("tf32", 4), ("fp16", 2), ("bf16", 2), ("fp8", 1)])
