@@ -274,8 +274,18 @@ FIT_BOUNDS = {"gemm_peak_fraction": (0.5, 1.0), "gemm_tile_overhead_s": (0.0, 2e
               "overlap_compute_slowdown": (1.0, 3.0), "layer_overhead_s": (0.0, 5e-3)}
 
 
-def fit_efficiency(rows: Rows, start: Efficiency = Efficiency(), fields: tuple[str, ...] = FIT_FIELDS) -> Efficiency:
-    """Least squares on log(predicted / measured) over `rows`, bounded per field."""
+# a log-time residual below this counts fully (soft-L1 loss), above it linearly: robust to a few odd rows
+FIT_RESIDUAL_SCALE = 0.05
+
+
+def fit_efficiency(rows: Rows, start: Efficiency = Efficiency(), fields: tuple[str, ...] = FIT_FIELDS,
+                   prior_sigma: float | None = None) -> Efficiency:
+    """Least squares on log(predicted / measured) over `rows`, bounded per field.
+
+    `prior_sigma`: a Gaussian prior on log(constant / start constant) of that width (0.2: a constant
+    20 % off `start` costs as much as one row off by `FIT_RESIDUAL_SCALE`), i.e. the MAP estimate;
+    what a few rows do not support stays near `start`. None: no prior (the shipped constants).
+    """
     from scipy.optimize import least_squares
 
     batch = stack_designs(*zip(*rows.specs))
@@ -283,11 +293,17 @@ def fit_efficiency(rows: Rows, start: Efficiency = Efficiency(), fields: tuple[s
     lo = np.array([FIT_BOUNDS[f][0] for f in fields])
     hi = np.array([FIT_BOUNDS[f][1] for f in fields])
     scale = hi - lo
+    start_values = np.array([getattr(start, f) for f in fields])
+    with_prior = start_values > 0 if prior_sigma else np.zeros(len(fields), dtype=bool)
+    prior_weight = FIT_RESIDUAL_SCALE / prior_sigma if prior_sigma else 0.0
 
     def residuals(z: np.ndarray) -> np.ndarray:
-        eff = dataclasses.replace(start, **{f: float(v) for f, v in zip(fields, lo + z * scale)})
-        return (torch.log(evaluate(batch, eff).step_time_s) - log_measured).numpy()
+        values = lo + z * scale
+        eff = dataclasses.replace(start, **{f: float(v) for f, v in zip(fields, values)})
+        data = (torch.log(evaluate(batch, eff).step_time_s) - log_measured).numpy()
+        prior = prior_weight * np.log(np.maximum(values[with_prior], 1e-300) / start_values[with_prior])
+        return np.concatenate([data, prior])
 
     z0 = np.clip((np.array([getattr(start, f) for f in fields]) - lo) / scale, 0.0, 1.0)
-    best = least_squares(residuals, z0, bounds=(0.0, 1.0), diff_step=1e-3, loss="soft_l1", f_scale=0.05)
+    best = least_squares(residuals, z0, bounds=(0.0, 1.0), diff_step=1e-3, loss="soft_l1", f_scale=FIT_RESIDUAL_SCALE)
     return dataclasses.replace(start, **{f: float(v) for f, v in zip(fields, lo + best.x * scale)})

@@ -312,10 +312,11 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     moe = (d.num_experts > 1).to(d.tp.dtype) * transformer
     sp_div = torch.where(d.sequence_parallel > 0, d.tp, torch.ones_like(d.tp))  # as analytical.step.model
     token_bytes = tokens * d.hidden_size * elem * moe / sp_div
-    copies = all_to_all_link_bytes(token_bytes * d.top_k, d.ep, d.tp * d.cp, domain)
-    dedup = dispatch_link_bytes(token_bytes, d.top_k, d.moe_router_num_groups, d.moe_router_group_topk,
-                                d.ep, d.tp * d.cp, domain)
-    ep = tuple(torch.where(d.ep_dispatcher > 0, x, y) for x, y in zip(dedup, copies))
+    ep = all_to_all_link_bytes(token_bytes * d.top_k, d.ep, d.tp * d.cp, domain)
+    if bool((d.ep_dispatcher > 0).any()):  # (skipped where no design deduplicates its dispatch)
+        dedup = dispatch_link_bytes(token_bytes, d.top_k, d.moe_router_num_groups, d.moe_router_group_topk,
+                                    d.ep, d.tp * d.cp, domain)
+        ep = tuple(torch.where(d.ep_dispatcher > 0, x, y) for x, y in zip(dedup, ep))
     counts = {"tp": 4.0 + 2.0 * full, "cp": 3.0 + full, "ep": 4.0 + 2.0 * full}  # fwd + bwd (+ recompute)
 
     # pipeline: a forward activation and a backward gradient per micro-batch and chunk boundary

@@ -225,7 +225,7 @@ def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer
                                    d.kernel_launch_s, eff)
     forward = fwd_slots.sum(-1) + flash_fwd + fwd_mem
     backward = bwd_slots.sum(-1) + flash_bwd + 2.0 * fwd_mem
-    if eff.layer_overhead_s != 0.0:  # (0 in the fitted constants: no additions of zero)
+    if eff.layer_overhead_s != 0.0:  # (a calibration may set 0: then no additions of zero)
         forward, backward = forward + eff.layer_overhead_s, backward + eff.layer_overhead_s
     return _Layer(fwd_slots=fwd_slots, bwd_slots=bwd_slots, forward=forward, backward=backward,
                   flash_fwd=flash_fwd, flash_bwd=flash_bwd,
@@ -253,10 +253,12 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
     # (Megatron-Core MoE: the token dispatcher runs on the sequence-parallel shards)
     sp_div = torch.where(d.sequence_parallel > 0, d.tp, torch.ones_like(d.tp))
     token_bytes = tokens * d.hidden_size * elem / sp_div
-    copies = _on_group(coll.group_all_to_all_time_s, d, links, token_bytes * d.top_k, d.ep, d.tp * d.cp)
-    dedup = coll.group_dispatch_time_s(token_bytes, d.top_k, d.moe_router_num_groups, d.moe_router_group_topk,
-                                       d.ep, d.tp * d.cp, d.scale_up_domain, *links)
-    ep_a2a = torch.where(d.ep_dispatcher > 0, dedup, copies) * moe
+    ep_a2a = _on_group(coll.group_all_to_all_time_s, d, links, token_bytes * d.top_k, d.ep, d.tp * d.cp)
+    if bool((d.ep_dispatcher > 0).any()):  # (skipped where no design of the chunk deduplicates)
+        dedup = coll.group_dispatch_time_s(token_bytes, d.top_k, d.moe_router_num_groups, d.moe_router_group_topk,
+                                           d.ep, d.tp * d.cp, d.scale_up_domain, *links)
+        ep_a2a = torch.where(d.ep_dispatcher > 0, dedup, ep_a2a)
+    ep_a2a = ep_a2a * moe
     tp_fwd = _exposed(2.0 * tp_ar, tp_hide * layer.fwd_slots[..., TP_OVERLAP_SLOTS].sum(-1), eff)
     tp_bwd = _exposed(2.0 * tp_ar, tp_hide * layer.bwd_slots[..., TP_OVERLAP_SLOTS].sum(-1), eff)
     cp_fwd = _exposed(cp_ag, layer.flash_fwd + layer.core_fwd, eff)
@@ -265,13 +267,15 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
     # one unit (Megatron-Core's combined 1F1B schedule): the dispatch and combine of each hide behind
     # the other's compute, as far as the tp and cp traffic hidden there leaves it free; what stays
     # exposed is charged to the backward, whose wall time the data-parallel reduction hides behind
+    comm = {"tp_fwd": tp_fwd, "tp_bwd": tp_bwd, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd,
+            "ep_fwd": 2.0 * ep_a2a, "ep_bwd": 2.0 * ep_a2a}
     ep_hide = d.overlap_ep_comm
-    free = (_relu(layer.forward - (2.0 * tp_ar - tp_fwd) - (cp_ag - cp_fwd))
-            + _relu(layer.backward - (2.0 * tp_ar - tp_bwd) - (2.0 * cp_ag - cp_bwd)))
-    merged = _exposed(4.0 * ep_a2a, free, eff)
-    return {"tp_fwd": tp_fwd, "tp_bwd": tp_bwd, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd,
-            "ep_fwd": (1.0 - ep_hide) * 2.0 * ep_a2a,
-            "ep_bwd": torch.where(ep_hide > 0, merged, 2.0 * ep_a2a)}
+    if bool((ep_hide > 0).any()):  # (skipped where no design of the chunk overlaps)
+        free = (_relu(layer.forward - (2.0 * tp_ar - tp_fwd) - (cp_ag - cp_fwd))
+                + _relu(layer.backward - (2.0 * tp_ar - tp_bwd) - (2.0 * cp_ag - cp_bwd)))
+        merged = _exposed(4.0 * ep_a2a, free, eff)
+        comm.update(ep_fwd=(1.0 - ep_hide) * comm["ep_fwd"], ep_bwd=torch.where(ep_hide > 0, merged, comm["ep_bwd"]))
+    return comm
 
 
 def _output_layer(d: DesignBatch, peak, elem, eff: Efficiency) -> dict[str, torch.Tensor]:

@@ -38,7 +38,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -97,6 +97,10 @@ def options(cfg) -> dict[str, Any]:
         if len(set(fields)) != len(fields):
             raise ConfigError(f"fields={list(fields)} is invalid: allowed each constant at most once")
     out["fields"] = fields
+    sigma = option(cfg, "prior_sigma")
+    if sigma is not None and (isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not sigma > 0):
+        raise ConfigError(f"prior_sigma={sigma!r} is invalid: allowed a number > 0 (e.g. 0.2) or null (no prior)")
+    out["prior_sigma"] = None if sigma is None else float(sigma)
     path = Path(str(option(cfg, "out") or ""))
     if path.suffix not in (".yaml", ".yml"):
         raise ConfigError(f"out={str(path)!r} is invalid: allowed a path ending in .yaml or .yml")
@@ -183,26 +187,28 @@ def informed_fields(rows, start: Efficiency, fields: tuple[str, ...]) -> tuple[t
     return tuple(informed), tuple(idle)
 
 
-def _fit(rows, start: Efficiency, fields: tuple[str, ...]) -> tuple[Efficiency, tuple[str, ...]]:
+def _fit(rows, start: Efficiency, fields: tuple[str, ...],
+         prior_sigma: Optional[float]) -> tuple[Efficiency, tuple[str, ...]]:
     from deepflow.validation import fit_efficiency
 
     informed, idle = informed_fields(rows, start, fields)
-    return (fit_efficiency(rows, start=start, fields=informed) if informed else start), idle
+    return (fit_efficiency(rows, start=start, fields=informed, prior_sigma=prior_sigma) if informed else start), idle
 
 
-def fit_calibration(rows, gpus: list[str], fields: tuple[str, ...], fit: str,
-                    min_rows_per_gpu: int = 0) -> tuple[Calibration, dict[str, tuple[str, ...]]]:
+def fit_calibration(rows, gpus: list[str], fields: tuple[str, ...], fit: str, min_rows_per_gpu: int = 0,
+                    prior_sigma: Optional[float] = None) -> tuple[Calibration, dict[str, tuple[str, ...]]]:
     """The constants of `rows` (global, then per gpu for fit=per_accelerator: each gpu's rows,
     starting from the global fit; a gpu with fewer than `min_rows_per_gpu` rows keeps the global
-    set) and, per set (`"global"` or the gpu), the fields left at their start (not informed)."""
-    glob, idle = _fit(rows, Efficiency(), fields)
+    set) and, per set (`"global"` or the gpu), the fields left at their start (not informed).
+    `prior_sigma`: the width of the prior around the starting constants (`fit_efficiency`)."""
+    glob, idle = _fit(rows, Efficiency(), fields, prior_sigma)
     not_informed = {"global": idle}
     per = {}
     if fit == "per_accelerator":
         for gpu in dict.fromkeys(gpus):
             mask = np.array([g == gpu for g in gpus])
             if mask.sum() >= max(min_rows_per_gpu, 1):
-                per[gpu], not_informed[gpu] = _fit(rows.subset(mask), glob, fields)
+                per[gpu], not_informed[gpu] = _fit(rows.subset(mask), glob, fields, prior_sigma)
     return Calibration(efficiency=glob, per_accelerator=per), not_informed
 
 
@@ -238,7 +244,7 @@ def cross_validate(rows, gpus: list[str], opts: dict, progress: bool = True) -> 
         train = ~held
         train_gpus = [g for g, t in zip(gpus, train) if t]
         cal, _ = fit_calibration(rows.subset(train), train_gpus, opts["fields"], opts["fit"],
-                                 min_rows_per_gpu=len(opts["fields"]))
+                                 min_rows_per_gpu=len(opts["fields"]), prior_sigma=opts["prior_sigma"])
         after[held] = predict_calibrated(rows.subset(held), cal)["predicted_s"]
         err_b = np.abs(before[held] / rows.measured_s[held] - 1.0)
         err_a = np.abs(after[held] / rows.measured_s[held] - 1.0)
@@ -339,14 +345,14 @@ def cmd_calibrate(overrides: list[str]) -> int:
     print(f"calibrating {len(opts['fields'])} constants on {len(rows.ids)} rows of {data} ({opts['fit']}, cv={opts['cv']}) ...",
           file=sys.stderr, flush=True)
     cv = cross_validate(rows, gpus, opts)
-    calibration, idle = fit_calibration(rows, gpus, opts["fields"], opts["fit"])
+    calibration, idle = fit_calibration(rows, gpus, opts["fields"], opts["fit"], prior_sigma=opts["prior_sigma"])
     in_sample = np.abs(predict_calibrated(rows, calibration)["predicted_s"] / rows.measured_s - 1.0)
     out_path = opts["out"].resolve()
     result: dict[str, Any] = {
         **{k: cv[k] for k in ("cv_mape_before", "cv_mape_after", "cv_max_abs_error_before", "cv_max_abs_error_after")},
         "n": len(rows.ids), "fit": opts["fit"], "cv": opts["cv"],
         "folds": opts["folds"] if opts["cv"] == "kfold" else len(cv["cv_folds"]), "seed": opts["seed"],
-        "fields": list(opts["fields"]), "fields_not_informed": list(idle["global"]),
+        "prior_sigma": opts["prior_sigma"], "fields": list(opts["fields"]), "fields_not_informed": list(idle["global"]),
         "constants": efficiency_dict(calibration.efficiency), "in_sample_mape": float(in_sample.mean()),
         "data": str(Path(data).resolve()), "data_sha256": sha256_of(data), "calibration_file": str(out_path),
         "cv_folds": cv["cv_folds"]}
@@ -359,7 +365,8 @@ def cmd_calibrate(overrides: list[str]) -> int:
     calibration.provenance = {
         "command": "deepflow calibrate " + " ".join(overrides), "data": result["data"], "data_sha256": result["data_sha256"],
         "fit": opts["fit"], "cv": opts["cv"], "folds": result["folds"], "seed": opts["seed"],
-        "fields": list(opts["fields"]), "fields_not_informed": list(idle["global"]), "n": len(rows.ids),
+        "prior_sigma": opts["prior_sigma"], "fields": list(opts["fields"]), "fields_not_informed": list(idle["global"]),
+        "n": len(rows.ids),
         "gpus": sorted(set(gpus)), "cv_mape_before": result["cv_mape_before"], "cv_mape_after": result["cv_mape_after"],
         "in_sample_mape": result["in_sample_mape"],
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "mlflow_run_id": run_id}
@@ -367,7 +374,8 @@ def cmd_calibrate(overrides: list[str]) -> int:
     result["calibration_sha256"] = calibration.sha256
     if client is not None:
         params = {"data": result["data"], "data_sha256": result["data_sha256"], "fit": opts["fit"], "cv": opts["cv"],
-                  "folds": result["folds"], "seed": opts["seed"], "n": len(rows.ids), "fields": ",".join(opts["fields"]),
+                  "folds": result["folds"], "seed": opts["seed"], "prior_sigma": str(opts["prior_sigma"]),
+                  "n": len(rows.ids), "fields": ",".join(opts["fields"]),
                   "fields_not_informed": ",".join(idle["global"]), "calibration_sha256": calibration.sha256}
         metrics = {k: result[k] for k in ("cv_mape_before", "cv_mape_after", "cv_max_abs_error_before",
                                           "cv_max_abs_error_after", "in_sample_mape")}
