@@ -22,7 +22,8 @@ The space searched (defaults of `SearchOptions`):
 - (zero_stage, distributed_optimizer): (0, off), (0, on), (2, off), (3, off); stages 2 and 3 only
   without pipeline parallelism. ZeRO stage 1 is modelled exactly as the distributed optimizer
   (both shard the optimizer state over dp), so only the latter is enumerated.
-- precision, flash_attention, overlap_dp_comm, overlap_tp_comm: as given (not searched).
+- precision, flash_attention, overlap_dp_comm, overlap_tp_comm, ep_dispatcher, overlap_ep_comm: as
+  given (not searched); with overlap_ep_comm, full recompute is not enumerated (Megatron-Core refuses it).
 
 Every rule of `analytical.step.feasibility` about the mapping (degrees, divisibility, vp, ZeRO with
 pipelining) is applied while enumerating, so an enumerated mapping is infeasible only if it does
@@ -70,6 +71,11 @@ class SearchOptions:
     flash_attention: bool = True
     overlap_dp_comm: bool = False
     overlap_tp_comm: bool = False
+    # the MoE software stack, as given (not searched): the dispatcher and whether dispatch and
+    # combine overlap another micro-batch (then full recompute, which Megatron-Core refuses with
+    # it, is not enumerated)
+    ep_dispatcher: str = "alltoall"
+    overlap_ep_comm: bool = False
     max_micro_batch_size: int = 16
     max_vp: int = 8
     all_divisors: bool = False  # micro-batch and vp: every integer up to the cap, not powers of two
@@ -97,8 +103,11 @@ class SearchOptions:
         for value in self.zero_stages:
             if value not in (0, 1, 2, 3):
                 raise SpecError("search", "zero_stages", value, "0, 1, 2 or 3")
-        if not self.recompute or not self.zero_stages:
-            raise SpecError("search", "recompute/zero_stages", (), "at least one value")
+        if self.ep_dispatcher not in EP_DISPATCHERS:
+            raise SpecError("search", "ep_dispatcher", self.ep_dispatcher, "one of " + ", ".join(EP_DISPATCHERS))
+        if not self.recompute or not self.zero_stages or (self.overlap_ep_comm and set(self.recompute) == {"full"}):
+            raise SpecError("search", "recompute/zero_stages", (), "at least one value (recompute: one other than "
+                            "full with overlap_ep_comm)")
         return self
 
 
@@ -193,7 +202,7 @@ def _mapping_grid(system: SystemSpec, model: ModelSpec, global_batch_size: int,
     sp = cols["sequence_parallel"]
     cols = _keep(cols, (sp == 0) | ((cols["tp"] > 1) & (seq % (cols["tp"] * cols["cp"]) == 0)))
 
-    recompute = set(opt.recompute)
+    recompute = set(opt.recompute) - ({"full"} if opt.overlap_ep_comm else set())
     if opt.flash_attention and {"none", "selective"} <= recompute:
         recompute.discard("selective")  # a no-op under flash attention: same design as "none"
     cols = _cross(cols, "recompute", _long(sorted(RECOMPUTE_CODES[r] for r in recompute)))
@@ -213,7 +222,8 @@ def _template(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec
               precision: str, opt: SearchOptions) -> DesignBatch:
     mapping = MappingSpec(name="search-template", global_batch_size=global_batch_size, precision=precision,
                           flash_attention=opt.flash_attention, overlap_dp_comm=opt.overlap_dp_comm,
-                          overlap_tp_comm=opt.overlap_tp_comm)
+                          overlap_tp_comm=opt.overlap_tp_comm, ep_dispatcher=opt.ep_dispatcher,
+                          overlap_ep_comm=opt.overlap_ep_comm)
     return single_design(accelerator, system, model, mapping)
 
 
@@ -235,7 +245,7 @@ def enumerate_mappings(accelerator: AcceleratorSpec, system: SystemSpec, model: 
 def enumerate_mappings_of(design: DesignBatch, options: Optional[SearchOptions] = None) -> DesignBatch:
     """`enumerate_mappings` at the tensor level: every candidate mapping around ONE design (a batch
     of one, e.g. a decoded point of a design space), its accelerator, system and model fields kept,
-    its global batch, precision, flash attention and overlap flags taken as given."""
+    its global batch, precision, flash attention, overlap flags and MoE dispatcher taken as given."""
     from types import SimpleNamespace
 
     from analytical.specs import MODEL_KINDS
@@ -243,7 +253,8 @@ def enumerate_mappings_of(design: DesignBatch, options: Optional[SearchOptions] 
     def num(field: str) -> int:
         return int(round(float(getattr(design, field)[0])))
 
-    opt = dataclasses.replace(options or DEFAULT_OPTIONS, flash_attention=bool(num("flash_attention"))).validate()
+    opt = dataclasses.replace(options or DEFAULT_OPTIONS, flash_attention=bool(num("flash_attention")),
+                              overlap_ep_comm=bool(num("overlap_ep_comm"))).validate()
     system = SimpleNamespace(num_devices=num("num_devices"))
     model = SimpleNamespace(kind=MODEL_KINDS[num("kind")], num_heads=num("num_heads"), kv_heads=num("num_kv_heads"),
                             seq_length=num("seq_length"), num_layers=num("num_layers"),
@@ -297,19 +308,19 @@ def _fastest_feasible(step_time_s: torch.Tensor, feasible: torch.Tensor, k: int)
 def best_mappings(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec, global_batch_size: int,
                   top_k: int = 10, precision: str = "bf16", flash_attention: Optional[bool] = None,
                   overlap_dp_comm: Optional[bool] = None, overlap_tp_comm: Optional[bool] = None,
-                  options: Optional[SearchOptions] = None,
-                  eff: Efficiency = DEFAULT_EFFICIENCY) -> SearchResult:
+                  options: Optional[SearchOptions] = None, eff: Efficiency = DEFAULT_EFFICIENCY,
+                  ep_dispatcher: Optional[str] = None, overlap_ep_comm: Optional[bool] = None) -> SearchResult:
     """The `top_k` fastest feasible mappings of `model` on `system` for one global batch.
 
-    `flash_attention` and the overlap flags, when given, override those of `options`. An empty
-    result (no feasible mapping) is an answer, not an error.
+    `flash_attention`, the overlap flags and `ep_dispatcher`, when given, override those of
+    `options`. An empty result (no feasible mapping) is an answer, not an error.
     """
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise SpecError("search", "top_k", top_k, "an integer >= 1")
     start = time.perf_counter()
     opt = options or DEFAULT_OPTIONS
     given = {"flash_attention": flash_attention, "overlap_dp_comm": overlap_dp_comm,
-             "overlap_tp_comm": overlap_tp_comm}
+             "overlap_tp_comm": overlap_tp_comm, "ep_dispatcher": ep_dispatcher, "overlap_ep_comm": overlap_ep_comm}
     opt = dataclasses.replace(opt, **{k: v for k, v in given.items() if v is not None})
     designs = enumerate_mappings(accelerator, system, model, global_batch_size, precision, opt)
     return _fastest_mappings(designs, top_k, opt, eff, start)

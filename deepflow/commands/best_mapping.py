@@ -36,6 +36,7 @@ def search(cfg) -> tuple[tuple, Any, str | None]:
     if derived is None:
         return specs, best_mappings(accelerator, system, model, mapping.global_batch_size, top_k=top_k,
                                     precision=mapping.precision, flash_attention=mapping.flash_attention,
+                                    ep_dispatcher=mapping.ep_dispatcher, overlap_ep_comm=mapping.overlap_ep_comm,
                                     eff=eff), None
     if int(derived.reason[0]):  # an answer, as in evaluate: no mapping runs on a chip that cannot be built
         return specs, None, f"the chip cannot be built ({REASON_TEXT[Reason(int(derived.reason[0]))]})"

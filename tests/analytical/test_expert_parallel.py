@@ -78,3 +78,23 @@ def test_bad_expert_parallel_settings_name_the_field(spec, field):
     with pytest.raises(SpecError) as info:
         spec.validate()
     assert info.value.field == field
+
+
+def test_the_search_keeps_the_dispatcher_and_drops_full_recompute_with_overlap(h100, make_system):
+    """best_mappings takes the MoE stack as given: every mapping found carries the dispatcher and the
+    overlap flag, none with overlap recomputes fully, and DeepEP's best is never slower than the plain
+    all-to-all's on a cross-node expert group."""
+    from analytical.search import SearchOptions, best_mappings
+
+    system = make_system(64)
+    opt = SearchOptions(recompute=("full", "selective"), max_micro_batch_size=2, max_vp=2)
+    plain = best_mappings(h100, system, MOE, 256, top_k=5, options=opt)
+    dedup = best_mappings(h100, system, MOE, 256, top_k=5, options=opt, ep_dispatcher="deepep", overlap_ep_comm=True)
+    assert plain.mappings and dedup.mappings
+    assert all(m.ep_dispatcher == "deepep" and m.overlap_ep_comm and m.recompute != "full" for m in dedup.mappings)
+    assert all(m.ep_dispatcher == "alltoall" and not m.overlap_ep_comm for m in plain.mappings)
+    assert float(dedup.result.step_time_s[0]) <= float(plain.result.step_time_s[0])
+    with pytest.raises(SpecError):
+        SearchOptions(ep_dispatcher="nccl").validate()
+    with pytest.raises(SpecError):
+        SearchOptions(recompute=("full",), overlap_ep_comm=True).validate()
