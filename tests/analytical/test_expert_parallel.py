@@ -61,7 +61,8 @@ def test_overlapped_ep_comm_hides_behind_the_other_micro_batch(design, h100, mak
 
 def test_dense_models_ignore_the_dispatcher(run, h100, system, llama7b):
     base = MappingSpec(global_batch_size=8)
-    for changed in (dataclasses.replace(base, ep_dispatcher="hybridep"), dataclasses.replace(base, overlap_ep_comm=True)):
+    for changed in (dataclasses.replace(base, ep_dispatcher="hybridep"),
+                    dataclasses.replace(base, overlap_ep_comm=True)):
         assert float(run(h100, system, llama7b, changed).step_time_s[0]) == float(
             run(h100, system, llama7b, base).step_time_s[0])
 

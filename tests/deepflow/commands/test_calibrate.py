@@ -93,7 +93,8 @@ def test_the_prior_holds_weakly_supported_constants_near_the_defaults(tmp_path, 
     truth, nearer the defaults than plain least squares (which recovers the truth) puts it; the
     narrower the prior, the nearer."""
     for name, value in TRUTH.items():  # one constant at a time (fitted together they trade off)
-        data = labelled_csv(tmp_path / f"{name}.csv", {"a100-sxm-80gb": dataclasses.replace(Efficiency(), **{name: value})})
+        truth = dataclasses.replace(Efficiency(), **{name: value})
+        data = labelled_csv(tmp_path / f"{name}.csv", {"a100-sxm-80gb": truth})
         fitted = {}
         for sigma in ("null", "0.2", "0.05"):
             assert calibrate(tmp_path, f"data={data}", f"fields=[{name}]", "folds=2", f"out={tmp_path / 'cal.yaml'}",
