@@ -69,6 +69,10 @@ class DesignBatch:
     num_heads: torch.Tensor
     num_kv_heads: torch.Tensor
     head_dim: torch.Tensor  # 0: hidden_size / num_heads
+    kv_lora_rank: torch.Tensor  # > 0: multi-head latent attention (analytical.step.attention)
+    q_lora_rank: torch.Tensor
+    qk_rope_head_dim: torch.Tensor
+    v_head_dim: torch.Tensor  # 0: head_dim
     ffn_hidden_size: torch.Tensor
     ffn_type: torch.Tensor
     vocab_size: torch.Tensor

@@ -175,6 +175,13 @@ class ModelSpec:
     # width of one attention head (Megatron kv_channels, Hugging Face head_dim); None = hidden_size /
     # num_heads. Qwen3, gpt-oss and others set it so that num_heads * head_dim != hidden_size
     head_dim: Optional[int] = None
+    # multi-head latent attention (DeepSeek-V2/V3, Kimi K2), on when kv_lora_rank > 0: the key-value
+    # latent's width, the query latent's (0: full-rank query), the rotary key part shared by the heads,
+    # and the value head (None: head_dim); head_dim is then each head's query-key width without rope
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: Optional[int] = None
     ffn_hidden_size: Optional[int] = None  # None = 4 * hidden_size
     ffn_type: str = "gelu"
     vocab_size: int = 1
@@ -219,6 +226,18 @@ class ModelSpec:
         _check_int(spec, self, ("num_shared_experts",), minimum=0)
         if self.head_dim is not None:
             _check_int(spec, self, ("head_dim",))
+        _check_int(spec, self, ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim"), minimum=0)
+        if self.v_head_dim is not None:
+            _check_int(spec, self, ("v_head_dim",))
+        if self.kv_lora_rank == 0:
+            for name in ("q_lora_rank", "qk_rope_head_dim", "v_head_dim"):
+                if getattr(self, name):
+                    raise SpecError(spec, name, getattr(self, name),
+                                    "0 (None for v_head_dim) unless kv_lora_rank > 0 (multi-head latent attention)")
+        elif self.head_dim is None or self.kv_heads != self.num_heads:
+            field = "head_dim" if self.head_dim is None else "num_kv_heads"
+            raise SpecError(spec, field, getattr(self, field),
+                            "a head_dim given, and num_kv_heads = num_heads, with multi-head latent attention")
         if self.kind == "transformer":
             if self.head_dim is None and self.hidden_size % self.num_heads:
                 raise SpecError(spec, "num_heads", self.num_heads,

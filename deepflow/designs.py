@@ -73,6 +73,7 @@ SPEC_FIELDS: dict[str, tuple[str, str, float, Optional[dict]]] = {
     "moe_ffn_hidden_size": ("model", "moe_ffn_hidden_size", 1.0, None),
     "num_shared_experts": ("model", "num_shared_experts", 1.0, None),
     "head_dim": ("model", "head_dim", 1.0, None),
+    **{name: ("model", name, 1.0, None) for name in ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim")},
     "moe_router_num_groups": ("model", "moe_router_num_groups", 1.0, None),
     "moe_router_group_topk": ("model", "moe_router_group_topk", 1.0, None),
     "gemm_m": ("model", "gemm_m", 1.0, None),

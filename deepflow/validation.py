@@ -106,6 +106,8 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
                       hidden_size=int(row["hidden_size"]), num_heads=heads,
                       num_kv_heads=int(_opt(row, "num_kv_heads", heads)),
                       head_dim=(None if _opt(row, "head_dim", None) is None else int(row["head_dim"])),
+                      v_head_dim=(None if _opt(row, "v_head_dim", None) is None else int(row["v_head_dim"])),
+                      **{k: int(_opt(row, k, 0)) for k in ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim")},
                       ffn_hidden_size=int(_opt(row, "ffn_hidden_size", 4 * int(row["hidden_size"]))),
                       ffn_type=str(_opt(row, "ffn_type", "gelu")), vocab_size=int(row["vocab_size"]),
                       seq_length=int(row["seq_length"]), num_experts=int(_opt(row, "num_experts", 1)),

@@ -11,46 +11,20 @@ Korthikanti et al. 2022 (activation memory, Table 2).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 
 from analytical.codes import FFN_CODES, KIND_CODES, PRECISION_CODES, RECOMPUTE_CODES
 from analytical.design import DesignBatch
+from analytical.step.attention import (attention_out_width, attention_params, attention_width, head_dim,
+                                       latent_activation_bytes_per_token, qk_head_dim, qkv_projection_width,
+                                       value_head_dim)
+from analytical.step.memo import memoizing, per_evaluation  # noqa: F401 (memoizing: re-exported for step.model)
 
 GEMM_SLOTS = ("qkv", "attention_scores", "attention_values", "attention_out", "ffn_up", "ffn_down",
               "router", "recurrent")
 ROUTER_SLOT = GEMM_SLOTS.index("router")
-_MEMO = "_per_evaluation_memo"
-
-
-def memoizing(d: DesignBatch) -> DesignBatch:
-    """A private shallow copy of `d` on which `per_evaluation` functions compute each derived
-    tensor once (same tensors, same graph; `step.evaluate` uses one per chunk, so the many terms
-    that need, say, the local tokens or the layer's parameters share one computation)."""
-    copy = object.__new__(type(d))
-    copy.__dict__.update(d.__dict__)
-    copy.__dict__[_MEMO] = {}
-    return copy
-
-
-def per_evaluation(fn):
-    """Memoize `fn(d, *hashable_args)` on a batch made by `memoizing`; other batches compute afresh."""
-
-    @functools.wraps(fn)
-    def wrapper(d, *args, **kwargs):
-        memo = d.__dict__.get(_MEMO)
-        if memo is None or kwargs:
-            return fn(d, *args, **kwargs)
-        key = (fn, *args)
-        if key not in memo:
-            memo[key] = fn(d, *args)
-        return memo[key]
-
-    return wrapper
-
-
 @per_evaluation
 def is_kind(d: DesignBatch, kind: str) -> torch.Tensor:
     return (d.kind == KIND_CODES[kind]).to(d.tp.dtype)
@@ -85,18 +59,6 @@ def gemm_bytes_per_element(d: DesignBatch) -> torch.Tensor:
 def activation_bytes_per_element(d: DesignBatch) -> torch.Tensor:
     """Activations stay 16-bit under fp8 training (Transformer Engine keeps them in bf16)."""
     return 2.0 + 2.0 * (d.precision <= PRECISION_CODES["tf32"]).to(d.precision.dtype)
-
-
-@per_evaluation
-def head_dim(d: DesignBatch) -> torch.Tensor:
-    """Width of one attention head: `head_dim` where the model sets it, else hidden / heads."""
-    return torch.where(d.head_dim > 0, d.head_dim, d.hidden_size / d.num_heads)
-
-
-@per_evaluation
-def attention_width(d: DesignBatch) -> torch.Tensor:
-    """Query (and attention output) width, heads x head_dim: the hidden size unless head_dim is set."""
-    return torch.where(d.head_dim > 0, d.num_heads * d.head_dim, d.hidden_size)
 
 
 @per_evaluation
@@ -169,7 +131,7 @@ def layer_gemms(d: DesignBatch) -> Gemms:
     """
     tr, lstm, gemm = is_kind(d, "transformer"), is_kind(d, "lstm"), is_kind(d, "gemm")
     t, e = d.tp, d.ep
-    h, dh, s = d.hidden_size, head_dim(d), d.seq_length
+    h, s = d.hidden_size, d.seq_length
     tokens = local_tokens(d)
     b = d.micro_batch_size
     heads_local = d.num_heads / t
@@ -182,7 +144,8 @@ def layer_gemms(d: DesignBatch) -> Gemms:
     f_e = expert_width(d)
     one = torch.ones_like(h)
     zero = torch.zeros_like(h)
-    qkv_n = (d.num_heads + 2.0 * d.num_kv_heads) * dh / t
+    qkv_n = qkv_projection_width(d)
+    qk, v = qk_head_dim(d), value_head_dim(d)
     slots_m = [
         tr * tokens + lstm * b * s + gemm * b * d.gemm_m,  # qkv (lstm: input-to-gates; gemm: b stacked)
         s / d.cp * unfused,  # attention scores: (s/cp x dh) @ (dh x s) per head and sequence
@@ -193,9 +156,9 @@ def layer_gemms(d: DesignBatch) -> Gemms:
         tr * tokens * moe,  # router
         lstm * b,  # recurrent hidden-to-gates, one kernel per time step
     ]
-    slots_n = [tr * qkv_n + lstm * 4.0 * h + gemm * d.gemm_n, s, dh, h,
+    slots_n = [tr * qkv_n + lstm * 4.0 * h + gemm * d.gemm_n, s, v, h,
                ffn_gate_factor(d) * f_e / t, h, d.num_experts, 4.0 * h]
-    slots_k = [tr * h + lstm * h + gemm * d.gemm_k, dh, s, heads_local * dh, h,
+    slots_k = [tr * h + lstm * h + gemm * d.gemm_k, qk, s, heads_local * v, h,
                f_e / t, h, h]
     slots_count = [one, b * heads_local, b * heads_local, one, local_experts, local_experts, one, one]
     slots_serial = [one, one, one, one, one, one, one, torch.where(lstm > 0, s, one)]
@@ -224,10 +187,10 @@ def attention_core_flops(d: DesignBatch) -> torch.Tensor:
 def layer_params(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """Parameters of one layer: `(dense, expert)`, whole model (not divided by any degree)."""
     tr, lstm = is_kind(d, "transformer"), is_kind(d, "lstm")
-    h, f, dh = d.hidden_size, d.ffn_hidden_size, head_dim(d)
+    h, f = d.hidden_size, d.ffn_hidden_size
     gelu = 1.0 - is_swiglu(d)
-    qkv_out = (d.num_heads + 2.0 * d.num_kv_heads) * dh
-    attention = h * qkv_out + d.num_heads * dh * h
+    qkv_out = (d.num_heads + 2.0 * d.num_kv_heads) * head_dim(d)  # (GPT-style biases; MLA models have none)
+    attention = attention_params(d)
     norms = 2.0 * h * (1.0 + gelu)  # LayerNorm has weight and bias, RMSNorm a weight
     biases = gelu * (qkv_out + h + f + h)
     moe = is_moe(d)
@@ -310,7 +273,8 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     replicated = 10.0 * th / sp_div  # two norm inputs, two GEMM inputs, two dropout masks
     kv_ratio = d.num_kv_heads / d.num_heads
     ta = local_tokens(d) * attention_width(d)
-    attention = (2.0 + 4.0 * kv_ratio + 2.0) * ta / t  # Q, K, V, and the output-projection input
+    # Q, K, V, and the output-projection input (MLA: and its latents, replicated over tp)
+    attention = (2.0 + 4.0 * kv_ratio + 2.0) * ta / t + local_tokens(d) * latent_activation_bytes_per_token(d)
     ffn_tensors = 2.0 + 2.0 * ffn_gate_factor(d)  # gelu: fc1 out, fc2 in; swiglu: gate, up, product
     mlp = ffn_tensors * local_tokens(d) * mlp_width(d) / t
     # LLaMA-style models train without dropout: no masks (1 byte per element each, 2 of the 10)
@@ -319,7 +283,8 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     # the fp8 copy, not the 16-bit one): the QKV and fc1 inputs (2 of the replicated 10), the
     # output-projection input (2 of attention's) and fc2's input (2 of the MLP's) shrink to their
     # format's bytes. Q, K, V stay 16-bit for the fused attention kernel.
-    saved_gemm_inputs = 4.0 * th / sp_div + 2.0 * ta / t + 2.0 * local_tokens(d) * mlp_width(d) / t
+    tao = local_tokens(d) * attention_out_width(d)
+    saved_gemm_inputs = 4.0 * th / sp_div + 2.0 * tao / t + 2.0 * local_tokens(d) * mlp_width(d) / t
     narrow_saving = is_narrow(d) * saved_gemm_inputs * (1.0 - gemm_bytes_per_element(d) / 2.0)
     square = 5.0 * d.micro_batch_size * d.num_heads * (d.seq_length / d.cp) * d.seq_length / t
     keeps_square = (d.recompute == RECOMPUTE_CODES["none"]).to(t.dtype) * (1.0 - d.flash_attention)
@@ -394,7 +359,7 @@ def memory_bound_bytes_per_layer(d: DesignBatch) -> tuple[torch.Tensor, torch.Te
     permute = moe * 4.0 * th * d.top_k
     scores = d.micro_batch_size * d.num_heads / t * (d.seq_length / d.cp) * d.seq_length
     softmax_dropout = 4.5 * scores * (1.0 - d.flash_attention)
-    casts = is_narrow(d) * local_tokens(d) * attention_width(d) / t * (elem + 2.0 * gemm_bytes_per_element(d))
+    casts = is_narrow(d) * local_tokens(d) * attention_out_width(d) / t * (elem + 2.0 * gemm_bytes_per_element(d))
     tr_bytes = tr * (elem * (norms + residual + act + permute + softmax_dropout) + casts)
     tr_kernels = tr * (5.0 + 2.0 * moe + 2.0 * (1.0 - d.flash_attention) + 4.0 * is_narrow(d))
     lstm_bytes = lstm * elem * 12.0 * local_tokens(d) * d.hidden_size

@@ -310,6 +310,17 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
         ep_dispatcher=ints(0, 2),
         head_dim=ints(0, 1) * 2.0 ** ints(5, 8),  # derived, or 32..256 (heads x head_dim != hidden)
     )
+    # multi-head latent attention on a quarter of the designs (kv heads = heads, a head_dim given)
+    mla = (ints(0, 3) == 0) & (fields["kind"] == 0)
+    zero = torch.zeros(n, dtype=DTYPE)
+    fields.update(
+        kv_lora_rank=torch.where(mla, 2.0 ** ints(7, 9), zero),
+        q_lora_rank=torch.where(mla, ints(0, 1) * 2.0 ** ints(8, 10), zero),
+        qk_rope_head_dim=torch.where(mla, 2.0 ** ints(4, 6), zero),
+        v_head_dim=torch.where(mla, ints(0, 1) * 2.0 ** ints(6, 7), zero),
+    )
+    fields["num_kv_heads"] = torch.where(mla, fields["num_heads"], fields["num_kv_heads"])
+    fields["head_dim"] = torch.where(mla & (fields["head_dim"] == 0), 2.0 ** ints(6, 7), fields["head_dim"])
     return DesignBatch(**fields)
 
 

@@ -1,0 +1,97 @@
+"""Attention's shapes: multi-head and grouped-query attention, and multi-head latent attention (MLA).
+
+Plain heads: a query, key and value of `head_dim` per head (`head_dim` 0 in a batch: hidden /
+heads), keys and values shared by `num_kv_heads` groups. MLA (DeepSeek-V2 / V3; DeepSeek-V3
+report, arXiv 2412.19437, section 2.1.1), on where `kv_lora_rank` > 0: the hidden state is
+projected down to a query latent of `q_lora_rank` (0: the query is projected at full rank) and to
+a key-value latent of `kv_lora_rank` plus one rotary key of `qk_rope_head_dim` shared by the
+heads; up projections give each head a query and a key of head_dim + qk_rope_head_dim and a value
+of `v_head_dim`. Megatron-Core replicates the down projections over tensor-parallel ranks and
+splits the up projections by head. Every function returns `(batch,)`; plain designs get exactly
+the expressions they had before MLA existed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from analytical.design import DesignBatch
+from analytical.step.memo import per_evaluation
+
+
+@per_evaluation
+def is_mla(d: DesignBatch) -> torch.Tensor:
+    return d.kv_lora_rank > 0
+
+
+@per_evaluation
+def head_dim(d: DesignBatch) -> torch.Tensor:
+    """Width of one head's query and key (without MLA's rotary part): `head_dim` where the model
+    sets it, else hidden / heads."""
+    return torch.where(d.head_dim > 0, d.head_dim, d.hidden_size / d.num_heads)
+
+
+@per_evaluation
+def qk_head_dim(d: DesignBatch) -> torch.Tensor:
+    """Width of one head's query and key: head_dim, plus the rotary part under MLA."""
+    return torch.where(is_mla(d), head_dim(d) + d.qk_rope_head_dim, head_dim(d))
+
+
+@per_evaluation
+def value_head_dim(d: DesignBatch) -> torch.Tensor:
+    """Width of one head's value (and of its share of the output projection's input)."""
+    return torch.where(is_mla(d) & (d.v_head_dim > 0), d.v_head_dim, head_dim(d))
+
+
+@per_evaluation
+def attention_width(d: DesignBatch) -> torch.Tensor:
+    """Per token, the heads' query-key width and value width averaged: the hidden size for plain
+    heads, heads x head_dim where head_dim is set. The attention core's FLOPs are 4 s times it
+    (QK^T over the query-key width, softmax(.)V over the value width) and its Q, K, V, O traffic 4x it."""
+    plain = torch.where(d.head_dim > 0, d.num_heads * d.head_dim, d.hidden_size)
+    return torch.where(is_mla(d), d.num_heads * (qk_head_dim(d) + value_head_dim(d)) / 2.0, plain)
+
+
+@per_evaluation
+def attention_out_width(d: DesignBatch) -> torch.Tensor:
+    """Width of the output projection's input per token (heads x value head), whole model."""
+    return torch.where(is_mla(d), d.num_heads * value_head_dim(d), attention_width(d))
+
+
+@per_evaluation
+def qkv_projection_width(d: DesignBatch) -> torch.Tensor:
+    """Per-device output width of the QKV projection as one product with the hidden size as its
+    inner dimension: plain heads (heads + 2 kv heads) x head_dim / tp; MLA's down projections
+    (replicated) and up projections (split by head) folded into one product of the same work."""
+    t, h, heads = d.tp, d.hidden_size, d.num_heads
+    plain = (heads + 2.0 * d.num_kv_heads) * head_dim(d) / t
+    qk, v = qk_head_dim(d), value_head_dim(d)
+    query = torch.where(d.q_lora_rank > 0, d.q_lora_rank * (h + heads * qk / t), h * heads * qk / t)
+    key_value = h * (d.kv_lora_rank + d.qk_rope_head_dim) + d.kv_lora_rank * heads * (head_dim(d) + v) / t
+    return torch.where(is_mla(d), (query + key_value) / h, plain)
+
+
+@per_evaluation
+def attention_params(d: DesignBatch) -> torch.Tensor:
+    """Weights of the QKV and output projections (MLA: with its latents' norms), whole model."""
+    h, heads, dh = d.hidden_size, d.num_heads, head_dim(d)
+    plain = h * ((heads + 2.0 * d.num_kv_heads) * dh) + heads * dh * h
+    qk, v = qk_head_dim(d), value_head_dim(d)
+    query = torch.where(d.q_lora_rank > 0, d.q_lora_rank * (h + heads * qk + 1.0), h * heads * qk)
+    key_value = h * (d.kv_lora_rank + d.qk_rope_head_dim) + d.kv_lora_rank * (heads * (dh + v) + 1.0)
+    return torch.where(is_mla(d), query + key_value + heads * v * h, plain)
+
+
+@per_evaluation
+def latent_activation_bytes_per_token(d: DesignBatch) -> torch.Tensor:
+    """MLA's latents kept for the up projections' backward pass at 16 bit (the query latent, the
+    key-value latent and the rotary key), replicated over tp; 0 for plain heads."""
+    latents = d.q_lora_rank + d.kv_lora_rank + d.qk_rope_head_dim
+    return torch.where(is_mla(d), 2.0 * latents, torch.zeros_like(latents))
+
+
+@per_evaluation
+def kv_width(d: DesignBatch) -> torch.Tensor:
+    """Key and value elements per token, whole model (what context parallelism circulates)."""
+    return torch.where(is_mla(d), d.num_heads * (qk_head_dim(d) + value_head_dim(d)),
+                       2.0 * d.num_kv_heads * head_dim(d))
