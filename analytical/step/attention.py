@@ -25,6 +25,13 @@ def is_mla(d: DesignBatch) -> torch.Tensor:
 
 
 @per_evaluation
+def any_mla(d: DesignBatch) -> bool:
+    """Whether any design of the batch uses latent attention (else the plain expressions alone are
+    computed: a few dozen tensor operations fewer per evaluation)."""
+    return bool(is_mla(d).any())
+
+
+@per_evaluation
 def head_dim(d: DesignBatch) -> torch.Tensor:
     """Width of one head's query and key (without MLA's rotary part): `head_dim` where the model
     sets it, else hidden / heads."""
@@ -34,12 +41,16 @@ def head_dim(d: DesignBatch) -> torch.Tensor:
 @per_evaluation
 def qk_head_dim(d: DesignBatch) -> torch.Tensor:
     """Width of one head's query and key: head_dim, plus the rotary part under MLA."""
+    if not any_mla(d):
+        return head_dim(d)
     return torch.where(is_mla(d), head_dim(d) + d.qk_rope_head_dim, head_dim(d))
 
 
 @per_evaluation
 def value_head_dim(d: DesignBatch) -> torch.Tensor:
     """Width of one head's value (and of its share of the output projection's input)."""
+    if not any_mla(d):
+        return head_dim(d)
     return torch.where(is_mla(d) & (d.v_head_dim > 0), d.v_head_dim, head_dim(d))
 
 
@@ -49,12 +60,16 @@ def attention_width(d: DesignBatch) -> torch.Tensor:
     heads, heads x head_dim where head_dim is set. The attention core's FLOPs are 4 s times it
     (QK^T over the query-key width, softmax(.)V over the value width) and its Q, K, V, O traffic 4x it."""
     plain = torch.where(d.head_dim > 0, d.num_heads * d.head_dim, d.hidden_size)
+    if not any_mla(d):
+        return plain
     return torch.where(is_mla(d), d.num_heads * (qk_head_dim(d) + value_head_dim(d)) / 2.0, plain)
 
 
 @per_evaluation
 def attention_out_width(d: DesignBatch) -> torch.Tensor:
     """Width of the output projection's input per token (heads x value head), whole model."""
+    if not any_mla(d):
+        return attention_width(d)
     return torch.where(is_mla(d), d.num_heads * value_head_dim(d), attention_width(d))
 
 
@@ -65,6 +80,8 @@ def qkv_projection_width(d: DesignBatch) -> torch.Tensor:
     (replicated) and up projections (split by head) folded into one product of the same work."""
     t, h, heads = d.tp, d.hidden_size, d.num_heads
     plain = (heads + 2.0 * d.num_kv_heads) * head_dim(d) / t
+    if not any_mla(d):
+        return plain
     qk, v = qk_head_dim(d), value_head_dim(d)
     query = torch.where(d.q_lora_rank > 0, d.q_lora_rank * (h + heads * qk / t), h * heads * qk / t)
     key_value = h * (d.kv_lora_rank + d.qk_rope_head_dim) + d.kv_lora_rank * heads * (head_dim(d) + v) / t
@@ -76,6 +93,8 @@ def attention_params(d: DesignBatch) -> torch.Tensor:
     """Weights of the QKV and output projections (MLA: with its latents' norms), whole model."""
     h, heads, dh = d.hidden_size, d.num_heads, head_dim(d)
     plain = h * ((heads + 2.0 * d.num_kv_heads) * dh) + heads * dh * h
+    if not any_mla(d):
+        return plain
     qk, v = qk_head_dim(d), value_head_dim(d)
     query = torch.where(d.q_lora_rank > 0, d.q_lora_rank * (h + heads * qk + 1.0), h * heads * qk)
     key_value = h * (d.kv_lora_rank + d.qk_rope_head_dim) + d.kv_lora_rank * (heads * (dh + v) + 1.0)
@@ -86,6 +105,8 @@ def attention_params(d: DesignBatch) -> torch.Tensor:
 def latent_activation_bytes_per_token(d: DesignBatch) -> torch.Tensor:
     """MLA's latents kept for the up projections' backward pass at 16 bit (the query latent, the
     key-value latent and the rotary key), replicated over tp; 0 for plain heads."""
+    if not any_mla(d):
+        return torch.zeros_like(d.kv_lora_rank)
     latents = d.q_lora_rank + d.kv_lora_rank + d.qk_rope_head_dim
     return torch.where(is_mla(d), 2.0 * latents, torch.zeros_like(latents))
 

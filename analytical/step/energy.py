@@ -37,7 +37,7 @@ from analytical.codes import RECOMPUTE_CODES, TOPOLOGY_CODES, Reason
 from analytical.design import DesignBatch, per_precision
 from analytical.specs import PEAK_FORMATS, AcceleratorSpec
 from analytical.step import collectives as coll
-from analytical.step.attention import attention_width, head_dim, is_mla, kv_width
+from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
 from analytical.step.kernels import gemm_flops, gemm_hbm_bytes, gemm_sram_bytes
 from analytical.step.memory import grad_bytes_per_param
 from analytical.step.workload import (
@@ -306,8 +306,10 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     per_layer = micro_batches * d.num_layers / d.pp * devices  # rank-layer-micro-batches in a step
 
     tp = all_reduce_link_bytes(tokens * d.hidden_size * elem * transformer, d.tp, one, domain)
-    kv_bytes = torch.where(is_mla(d), tokens * kv_width(d) / d.tp * elem * d.cp,
-                           2.0 * tokens * d.num_kv_heads * head_dim(d) / d.tp * elem * d.cp) * transformer
+    kv_bytes = 2.0 * tokens * d.num_kv_heads * head_dim(d) / d.tp * elem * d.cp
+    if any_mla(d):
+        kv_bytes = torch.where(is_mla(d), tokens * kv_width(d) / d.tp * elem * d.cp, kv_bytes)
+    kv_bytes = kv_bytes * transformer
     cp = all_gather_link_bytes(kv_bytes, d.cp, d.tp, domain)
     moe = (d.num_experts > 1).to(d.tp.dtype) * transformer
     sp_div = torch.where(d.sequence_parallel > 0, d.tp, torch.ones_like(d.tp))  # as analytical.step.model

@@ -25,7 +25,7 @@ from analytical.codes import RECOMPUTE_CODES, Reason
 from analytical.design import DesignBatch
 from analytical.step import collectives as coll
 from analytical.step import energy
-from analytical.step.attention import attention_width, head_dim, is_mla, kv_width
+from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
 from analytical.step.kernels import flash_attention_time_s, gemm_time_s, memory_bound_time_s
@@ -243,8 +243,9 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
                       torch.ones_like(d.tp)) * transformer
     tp_hide = d.overlap_tp_comm
     # context parallel (ring attention): K and V circulate, overlapped with the attention kernels
-    kv_bytes = torch.where(is_mla(d), tokens * kv_width(d) / d.tp * elem * d.cp,
-                           2.0 * tokens * d.num_kv_heads * head_dim(d) / d.tp * elem * d.cp)
+    kv_bytes = 2.0 * tokens * d.num_kv_heads * head_dim(d) / d.tp * elem * d.cp
+    if any_mla(d):
+        kv_bytes = torch.where(is_mla(d), tokens * kv_width(d) / d.tp * elem * d.cp, kv_bytes)
     cp_ag = _on_group(coll.group_all_gather_time_s, d, links, kv_bytes, d.cp, d.tp) * transformer
     # expert parallel: dispatch and combine, forward and backward, as an all-to-all of every
     # (token, expert) copy or deduplicated per scale-up domain (ep_dispatcher deepep / hybridep)

@@ -17,7 +17,7 @@ import torch
 
 from analytical.codes import FFN_CODES, KIND_CODES, PRECISION_CODES, RECOMPUTE_CODES
 from analytical.design import DesignBatch
-from analytical.step.attention import (attention_out_width, attention_params, attention_width, head_dim,
+from analytical.step.attention import (any_mla, attention_out_width, attention_params, attention_width, head_dim,
                                        latent_activation_bytes_per_token, qk_head_dim, qkv_projection_width,
                                        value_head_dim)
 from analytical.step.memo import memoizing, per_evaluation  # noqa: F401 (memoizing: re-exported for step.model)
@@ -274,7 +274,9 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     kv_ratio = d.num_kv_heads / d.num_heads
     ta = local_tokens(d) * attention_width(d)
     # Q, K, V, and the output-projection input (MLA: and its latents, replicated over tp)
-    attention = (2.0 + 4.0 * kv_ratio + 2.0) * ta / t + local_tokens(d) * latent_activation_bytes_per_token(d)
+    attention = (2.0 + 4.0 * kv_ratio + 2.0) * ta / t
+    if any_mla(d):
+        attention = attention + local_tokens(d) * latent_activation_bytes_per_token(d)
     ffn_tensors = 2.0 + 2.0 * ffn_gate_factor(d)  # gelu: fc1 out, fc2 in; swiglu: gate, up, product
     mlp = ffn_tensors * local_tokens(d) * mlp_width(d) / t
     # LLaMA-style models train without dropout: no masks (1 byte per element each, 2 of the 10)
