@@ -83,4 +83,9 @@ def validation_table(result: dict) -> str:
                            [(group, g["n"], f"{g['kendall_tau']:+.3f}", f"{g['mape']:.1%}")
                             for group, g in ranked.items()],
                            title="Kendall tau of predicted vs measured time, per model:", indent=2))
+    if result.get("by"):
+        lines.append(table(["group", "n", "mean |error|", "max |error|"],
+                           [(label, g["n"], f"{g['mape']:.1%}", f"{g['max_abs_error']:.1%}")
+                            for label, g in result["by"].items()],
+                           title="error by group:", indent=2))
     return "\n".join(lines)

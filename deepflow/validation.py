@@ -231,10 +231,27 @@ def _finite_or_none(x: float) -> float | None:
     return None if math.isnan(x) else x
 
 
-def report(rows: Rows, eff: Efficiency, pred: dict | None = None) -> dict:
+# row properties `report` can group the errors by (`group_by`), each read from the row's specs
+GROUP_KEYS = ("model", "gpu", "generation", "moe", "precision", "source")
+
+
+def row_labels(rows: Rows, keys: tuple[str, ...]) -> list[str]:
+    """Each row's values of `keys` (`GROUP_KEYS`) joined by " / ", e.g. "hopper / MoE"."""
+    def value(i: int, key: str) -> str:
+        accelerator, _, model, mapping = rows.specs[i]
+        return {"model": lambda: rows.groups[i], "gpu": lambda: accelerator.name,
+                "generation": lambda: generation(accelerator),
+                "moe": lambda: "MoE" if model.num_experts > 1 else "dense",
+                "precision": lambda: mapping.precision, "source": lambda: rows.sources[i]}[key]()
+
+    return [" / ".join(value(i, k) for k in keys) for i in range(len(rows.ids))]
+
+
+def report(rows: Rows, eff: Efficiency, pred: dict | None = None, group_by: tuple[str, ...] = ()) -> dict:
     """`{"summary": {...}, "rows": [...], "by_group": {...}}` with signed errors as fractions. `pred`:
     the rows' predictions when already made (as `predict` returns them; e.g. a per-accelerator
-    calibration's, `deepflow.calibration.predict_calibrated`), else `predict(rows, eff)`."""
+    calibration's, `deepflow.calibration.predict_calibrated`), else `predict(rows, eff)`.
+    `group_by` (`GROUP_KEYS`): adds `"by": {label: {n, mape, max_abs_error}}`, sorted by label."""
     pred = predict(rows, eff) if pred is None else pred
     error = pred["predicted_s"] / rows.measured_s - 1.0
     abs_err = np.abs(error)
@@ -263,7 +280,13 @@ def report(rows: Rows, eff: Efficiency, pred: dict | None = None) -> dict:
     taus = [g["kendall_tau"] for g in by_group.values() if g["n"] > 2 and g["kendall_tau"] is not None]
     if taus:
         summary["min_kendall_tau"] = float(min(taus))
-    return {"summary": summary, "rows": out_rows, "by_group": by_group}
+    out = {"summary": summary, "rows": out_rows, "by_group": by_group}
+    if group_by:
+        labels = np.array(row_labels(rows, tuple(group_by)))
+        out["by"] = {label: {"n": int((labels == label).sum()), "mape": float(abs_err[labels == label].mean()),
+                             "max_abs_error": float(abs_err[labels == label].max())}
+                     for label in sorted(set(labels))}
+    return out
 
 
 FIT_FIELDS = ("gemm_peak_fraction", "gemm_tile_overhead_s", "narrow_gemm_peak_fraction", "hbm_bw_fraction",

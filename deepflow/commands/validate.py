@@ -9,6 +9,21 @@ import numpy as np
 from deepflow.presets import ConfigError
 
 
+def group_keys(value) -> tuple[str, ...]:
+    """`group_by` (null, one key, or a list of `deepflow.validation.GROUP_KEYS`) as a tuple, checked."""
+    from omegaconf import ListConfig, OmegaConf
+
+    from deepflow.validation import GROUP_KEYS
+
+    if value is None:
+        return ()
+    keys = tuple(OmegaConf.to_container(value)) if isinstance(value, ListConfig) else (value,)
+    for key in keys:
+        if key not in GROUP_KEYS:
+            raise ConfigError(f"group_by: {key!r} is invalid: allowed {', '.join(GROUP_KEYS)} (or a list of them)")
+    return keys
+
+
 def cmd_validate(overrides: list[str]) -> int:
     from analytical import DEFAULT_EFFICIENCY
     from deepflow.calibration import calibration_from_config, predict_calibrated
@@ -19,6 +34,7 @@ def cmd_validate(overrides: list[str]) -> int:
     cfg = compose_config(overrides)
     output = option(cfg, "output", ("table", "json"))
     fit = option(cfg, "fit", (True, False))
+    group_by = group_keys(option(cfg, "group_by"))
     calibration = calibration_from_config(cfg)  # calibration=<file>: its constants (per gpu when it has them)
     rows = read_rows(str(option(cfg, "data")), flash_attention=bool(option(cfg, "flash_attention", (True, False))))
     eff = DEFAULT_EFFICIENCY if calibration is None else calibration.efficiency
@@ -37,9 +53,9 @@ def cmd_validate(overrides: list[str]) -> int:
         if (~train).any():
             result["held_out"] = report(rows.subset(~train), eff)["summary"]
     if calibration is not None and calibration.per_accelerator:
-        result.update(report(rows, eff, pred=predict_calibrated(rows, calibration)))
+        result.update(report(rows, eff, pred=predict_calibrated(rows, calibration), group_by=group_by))
     else:
-        result.update(report(rows, eff))
+        result.update(report(rows, eff, group_by=group_by))
     if output == "json":
         print(json.dumps(result))
         return 0

@@ -99,3 +99,20 @@ def test_any_spec_field_can_be_overridden_even_if_the_preset_omits_it():
               "mapping.tp=2", "mapping.ep=8", "mapping.global_batch_size=256", "mapping.micro_batch_size=1")
     assert out.returncode == 0, out.stderr
     assert "tp=2" in json.loads(out.stdout)["design"] and "ep=8" in json.loads(out.stdout)["design"]
+
+
+def test_validate_groups_the_errors_by_row_properties():
+    out = run("validate", "data=experiments/validation/modern_runs.csv", "group_by=[generation,moe]", "output=json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    by = result["by"]
+    assert {"hopper / dense", "hopper / MoE", "blackwell / MoE"} <= set(by)
+    assert sum(g["n"] for g in by.values()) == result["summary"]["n"]
+    # the groups' errors are the rows' errors: their row-weighted mean is the overall mean
+    mean = sum(g["n"] * g["mape"] for g in by.values()) / result["summary"]["n"]
+    assert mean == pytest.approx(result["summary"]["mape"], rel=1e-12)
+    assert max(g["max_abs_error"] for g in by.values()) == pytest.approx(result["summary"]["max_abs_error"])
+    table = run("validate", "group_by=gpu")
+    assert table.returncode == 0 and "error by group" in table.stdout and "a100-sxm-80gb" in table.stdout
+    bad = run("validate", "group_by=vendor")
+    assert bad.returncode == 2 and "group_by: 'vendor' is invalid: allowed model, gpu" in bad.stderr
