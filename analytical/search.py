@@ -106,9 +106,10 @@ class SearchOptions:
                 raise SpecError("search", "zero_stages", value, "0, 1, 2 or 3")
         if self.ep_dispatcher not in EP_DISPATCHERS:
             raise SpecError("search", "ep_dispatcher", self.ep_dispatcher, "one of " + ", ".join(EP_DISPATCHERS))
-        if not self.recompute or not self.zero_stages or (self.overlap_ep_comm and set(self.recompute) == {"full"}):
-            raise SpecError("search", "recompute/zero_stages", (), "at least one value (recompute: one other than "
-                            "full with overlap_ep_comm)")
+        if not self.recompute or not self.zero_stages:
+            raise SpecError("search", "recompute/zero_stages", (), "at least one value")
+        if self.overlap_ep_comm and set(self.recompute) == {"full"}:
+            raise SpecError("search", "recompute", self.recompute, "a value other than full with overlap_ep_comm")
         return self
 
 

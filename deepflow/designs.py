@@ -97,7 +97,7 @@ def _typed(spec_cls: type, field: str, value: float, codes: Optional[dict]) -> A
     default = {f.name: f for f in dataclasses.fields(spec_cls)}[field]
     kind = str(default.type)
     if kind.startswith("Optional") and value == 0.0:
-        return None  # a batch's 0 for "derive it" (head_dim)
+        return None  # a batch's 0 for "derive it" (head_dim, v_head_dim)
     if "bool" in kind:
         return bool(round(value))
     if "int" in kind:

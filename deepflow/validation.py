@@ -162,14 +162,14 @@ def _lightest_recompute_that_fits(specs: list[tuple], rows: list[int]) -> list[t
     memory (the heaviest allowed where none does; the run then reports out of memory). A row that
     overlaps its expert-parallel communication never had full recompute (Megatron-Core refuses the pair)."""
     specs = list(specs)
-
-    def options(i: int) -> tuple[str, ...]:
-        return ("none", "selective", "selective") if specs[i][3].overlap_ep_comm else ("none", "selective", "full")
-
-    trial = [(*specs[i][:3], dataclasses.replace(specs[i][3], recompute=o)) for i in rows for o in options(i)]
-    oom = (evaluate(stack_designs(*zip(*trial))).reason == int(Reason.OUT_OF_MEMORY)).reshape(len(rows), 3)
-    for i, fits in zip(rows, (~oom).tolist()):
-        choice = options(i)[fits.index(True) if any(fits) else -1]
+    options = {i: ("none", "selective") if specs[i][3].overlap_ep_comm else ("none", "selective", "full")
+               for i in rows}
+    trial = [(*specs[i][:3], dataclasses.replace(specs[i][3], recompute=o)) for i in rows for o in options[i]]
+    fits = (evaluate(stack_designs(*zip(*trial))).reason != int(Reason.OUT_OF_MEMORY)).tolist()
+    start = 0
+    for i in rows:
+        row_fits, start = fits[start:start + len(options[i])], start + len(options[i])
+        choice = options[i][row_fits.index(True) if any(row_fits) else -1]
         specs[i] = (*specs[i][:3], dataclasses.replace(specs[i][3], recompute=choice))
     return specs
 
@@ -237,14 +237,13 @@ GROUP_KEYS = ("model", "gpu", "generation", "moe", "precision", "source")
 
 def row_labels(rows: Rows, keys: tuple[str, ...]) -> list[str]:
     """Each row's values of `keys` (`GROUP_KEYS`) joined by " / ", e.g. "hopper / MoE"."""
-    def value(i: int, key: str) -> str:
+    def values(i: int) -> dict[str, str]:
         accelerator, _, model, mapping = rows.specs[i]
-        return {"model": lambda: rows.groups[i], "gpu": lambda: accelerator.name,
-                "generation": lambda: generation(accelerator),
-                "moe": lambda: "MoE" if model.num_experts > 1 else "dense",
-                "precision": lambda: mapping.precision, "source": lambda: rows.sources[i]}[key]()
+        return {"model": rows.groups[i], "gpu": accelerator.name, "generation": generation(accelerator),
+                "moe": "MoE" if model.num_experts > 1 else "dense", "precision": mapping.precision,
+                "source": rows.sources[i]}
 
-    return [" / ".join(value(i, k) for k in keys) for i in range(len(rows.ids))]
+    return [" / ".join(values(i)[k] for k in keys) for i in range(len(rows.ids))]
 
 
 def report(rows: Rows, eff: Efficiency, pred: dict | None = None, group_by: tuple[str, ...] = ()) -> dict:

@@ -29,6 +29,7 @@ from analytical.step.attention import any_mla, attention_width, head_dim, is_mla
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
 from analytical.step.kernels import flash_attention_time_s, gemm_time_s, memory_bound_time_s
+from analytical.step.memo import memoizing
 from analytical.step.memory import grad_bytes_per_param, memory_breakdown, params_per_device
 from analytical.step.workload import (
     GEMM_SLOTS,
@@ -41,7 +42,6 @@ from analytical.step.workload import (
     layer_gemms,
     local_tokens,
     logit_gemm_flops,
-    memoizing,
     memory_bound_bytes_per_layer,
     model_flops_per_step,
     recomputed_module_bytes,

@@ -20,7 +20,7 @@ from analytical.design import DesignBatch
 from analytical.step.attention import (any_mla, attention_out_width, attention_params, attention_width, head_dim,
                                        latent_activation_bytes_per_token, qk_head_dim, qkv_projection_width,
                                        value_head_dim)
-from analytical.step.memo import memoizing, per_evaluation  # noqa: F401 (memoizing: re-exported for step.model)
+from analytical.step.memo import per_evaluation
 
 GEMM_SLOTS = ("qkv", "attention_scores", "attention_values", "attention_out", "ffn_up", "ffn_down",
               "router", "recurrent")

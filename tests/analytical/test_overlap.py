@@ -9,7 +9,8 @@ import torch
 
 import analytical.step.model as step
 from analytical import DEFAULT_EFFICIENCY, MappingSpec, evaluate
-from analytical.step.workload import layer_params, memoizing
+from analytical.step.memo import memoizing
+from analytical.step.workload import layer_params
 
 
 def _dp(result) -> float:
@@ -51,7 +52,7 @@ def test_zero3_step_near_balance_is_slower_than_max_of_compute_and_communication
 
 
 def test_memoized_evaluation_is_identical(random_designs_20k, monkeypatch):
-    """Each chunk computes its derived terms once (`workload.memoizing`); every output, breakdowns
+    """Each chunk computes its derived terms once (`memo.memoizing`); every output, breakdowns
     included, is bit-for-bit what the unmemoized evaluation gives."""
     with_memo = evaluate(random_designs_20k)
     monkeypatch.setattr(step, "memoizing", lambda d: d)
