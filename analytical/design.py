@@ -119,9 +119,17 @@ class DesignBatch:
     def replace(self, **changes: torch.Tensor | float) -> "DesignBatch":
         """A copy with some parameters changed; scalars are broadcast to the batch."""
         n = self.batch_size
-        full = {k: (v if isinstance(v, torch.Tensor) else torch.full((n,), float(v), dtype=DTYPE))
+        full = {k: (v if isinstance(v, torch.Tensor)
+                    else torch.full((n,), float(v), dtype=self.tp.dtype, device=self.tp.device))
                 for k, v in changes.items()}
         return dataclasses.replace(self, **full)
+
+    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> "DesignBatch":
+        """The batch on `device` (e.g. `cuda`) and/or in `dtype` (e.g. `torch.float32`); itself when
+        nothing changes. The analytical model computes on whatever device and dtype its batch has."""
+        if (device is None or torch.device(device) == self.tp.device) and (dtype is None or dtype == self.tp.dtype):
+            return self
+        return DesignBatch(**{k: v.to(device=device, dtype=dtype) for k, v in self.fields().items()})
 
     def index(self, idx: torch.Tensor | slice) -> "DesignBatch":
         """Designs selected by an index tensor or slice: shapes `(k,)`."""
@@ -143,5 +151,6 @@ def per_precision(d: DesignBatch, prefix: str, suffix: str) -> torch.Tensor:
     """`(batch,)` value of the field `<prefix><format><suffix>` (e.g. `peak_`, `_flops_per_s`) for the
     number format each design's precision runs its GEMMs in (`analytical.specs.PRECISION_FORMAT`)."""
     table = torch.stack([getattr(d, f"{prefix}{f}{suffix}") for f in PEAK_FORMATS], dim=-1)
-    index = torch.as_tensor(PRECISION_FORMAT_INDEX, dtype=torch.int64)[d.precision.long().clamp(0, len(PRECISIONS) - 1)]
+    formats = torch.as_tensor(PRECISION_FORMAT_INDEX, dtype=torch.int64, device=d.precision.device)
+    index = formats[d.precision.long().clamp(0, len(PRECISIONS) - 1)]
     return table.gather(-1, index.unsqueeze(-1)).squeeze(-1)

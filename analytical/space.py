@@ -149,13 +149,18 @@ class Parameter:
 class DesignSpace:
     """Parameters varied around a template design (a `DesignBatch` of one) and, optionally, a
     template chip (`ChipSpec`) whose derived accelerator replaces the template's. `efficiency`: the
-    constants `evaluate` uses (a calibration's, else the defaults)."""
+    constants `evaluate` uses (a calibration's, else the defaults). `device` / `dtype`: where and in
+    which float type the analytical model computes (`cuda`, `torch.float32`: see
+    `experiments/benchmarks/bench_device.py` for the speed and the error); results come back as
+    float64 CPU tensors whatever they are."""
 
     name: str
     parameters: tuple[Parameter, ...]
     template: DesignBatch
     chip: Optional[ChipSpec] = None
     efficiency: Efficiency = DEFAULT_EFFICIENCY
+    device: str = "cpu"
+    dtype: torch.dtype = DTYPE
 
     def validate(self) -> "DesignSpace":
         if self.template.batch_size != 1:
@@ -269,7 +274,8 @@ class DesignSpace:
         infeasible points are answers, not errors. With a chip template, a chip that cannot be built
         gives its reason (codes 14 and up)."""
         batch, derived = self.to_batch_and_chip(u)
-        result = evaluate(batch, self.efficiency if eff is None else eff)
+        result = evaluate(batch.to(dtype=self.dtype), self.efficiency if eff is None else eff, device=self.device)
+        result = result.to("cpu", dtype=DTYPE)
         if derived is None:
             return result
         reason = torch.where(derived.reason != 0, derived.reason, result.reason)

@@ -151,6 +151,32 @@ def option(cfg: DictConfig, key: str, allowed: tuple | None = None) -> Any:
     return value
 
 
+DTYPES = ("float64", "float32")
+
+
+def device_from_config(cfg: DictConfig) -> tuple[str, Any]:
+    """`(device, torch dtype)` the analytical model computes on: the config's `device` (cpu, cuda,
+    cuda:<n>) and `dtype` (float64, float32), checked; a GPU that is not there is a named error."""
+    import torch
+
+    device = str(cfg.get("device", "cpu") or "cpu")
+    dtype = str(cfg.get("dtype", "float64") or "float64")
+    if dtype not in DTYPES:
+        raise ConfigError(f"dtype={dtype!r} is invalid: allowed {', '.join(DTYPES)}")
+    if device == "cpu":
+        return device, getattr(torch, dtype)
+    index = device.removeprefix("cuda").removeprefix(":")
+    if not device.startswith("cuda") or (index and not index.isdigit()) or device == "cuda:":
+        raise ConfigError(f"device={device!r} is invalid: allowed cpu, cuda or cuda:<n>")
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count == 0:
+        raise ConfigError(f"device={device!r} is invalid: this machine has no CUDA device "
+                          f"(torch {torch.__version__}, cuda available: False); allowed cpu")
+    if index and int(index) >= count:
+        raise ConfigError(f"device={device!r} is invalid: allowed cpu or cuda:0..cuda:{count - 1}")
+    return device, getattr(torch, dtype)
+
+
 def space_from_config(cfg: DictConfig):
     """The `DesignSpace` of the composed config: `space.parameters` around the design of the
     hardware, system, model and mapping groups (its mapping fields are the template's defaults).
@@ -175,8 +201,9 @@ def space_from_config(cfg: DictConfig):
         specs = tuple(to_spec(g, cfg[g]) for g in ("hardware", "system", "model", "mapping"))
         template = single_design(*specs)
         efficiency = efficiency_of(cfg, chip.name if chip is not None else specs[0].name)
+        device, dtype = device_from_config(cfg)
         return DesignSpace(name=str(space.get("name", "space")), parameters=params, template=template,
-                           chip=chip, efficiency=efficiency).validate()
+                           chip=chip, efficiency=efficiency, device=device, dtype=dtype).validate()
     except SpecError as exc:
         if exc.field == "chip":
             from deepflow.presets import available

@@ -93,6 +93,9 @@ CASES = [
     (["sample", "executor=dask"], "executor='dask' is invalid"),
     (["sample", "executor=ray", "ray.num_cpus=0"], "ray.num_cpus=0 is invalid"),
     (["sample", "mlflow=maybe"], "mlflow='maybe' is invalid"),
+    (["sample", "device=tpu"], "device='tpu' is invalid: allowed cpu, cuda or cuda:<n>"),
+    (["sample", "device=cuda:99"], "device='cuda:99' is invalid"),  # no GPU, or not 100 of them
+    (["sample", "dtype=float16"], "dtype='float16' is invalid: allowed float64, float32"),
     (["sample", "tracking.uri=ftp://x"], "tracking.uri='ftp://x' is invalid"),
     (["sample", "tracking.uri=http://127.0.0.1:{port}"], "does not answer"),
     (["sample", "-m", "n=10", "hydra/launcher=slurmm"], "hydra/launcher='slurmm' is not a known launcher"),
@@ -113,6 +116,7 @@ CASES = [
     (["optimize", "experiment=gpt5"], "experiment='gpt5' is not a known experiment"),
     (["optimize", "objective=speed"], "objective"),
     (["optimize", "warm_start.samples=-1"], "warm_start.samples=-1 is invalid"),
+    (["optimize", "device=gpu"], "device='gpu' is invalid"),
     (["optimize", "warm_start.model=oracle"], "warm_start.model='oracle' is invalid"),
     (["optimize", "name=multirun"], "name='multirun' is invalid"),
     (["optimize", "executor=ray"], "executor='ray' is invalid"),

@@ -43,7 +43,7 @@ def mapping_reasons(d: DesignBatch, peak_flops_per_s: torch.Tensor) -> torch.Ten
         (Reason.PRECISION_UNSUPPORTED, peak_flops_per_s > 0),
         (Reason.NO_SCALE_OUT_LINK, (d.num_devices <= d.scale_up_domain) | (d.scale_out_bw_bytes_per_s > 0)),
     ]
-    reason = torch.zeros(d.batch_size, dtype=torch.int64)
+    reason = torch.zeros(d.batch_size, dtype=torch.int64, device=d.tp.device)
     for code, holds in reversed(checks):  # earlier rules overwrite later ones
         reason = torch.where(holds, reason, torch.full_like(reason, int(code)))
     return reason

@@ -235,7 +235,7 @@ def layer_forward_flops_per_sequence(d: DesignBatch, gemms: Gemms | None = None)
     """
     gemms = layer_gemms(d) if gemms is None else gemms
     t, c = d.tp.unsqueeze(-1), d.cp.unsqueeze(-1)
-    router = torch.zeros(len(GEMM_SLOTS), dtype=t.dtype)
+    router = torch.zeros(len(GEMM_SLOTS), dtype=t.dtype, device=t.device)
     router[ROUTER_SLOT] = 1.0
     scale = c * (t * (1.0 - router) + router)
     core = 4.0 * d.micro_batch_size * d.seq_length**2 * attention_width(d) * is_kind(d, "transformer")

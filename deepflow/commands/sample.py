@@ -122,6 +122,9 @@ def prepare_sample(cfg) -> SampleJob:
     use_mlflow = option(cfg, "mlflow", (True, False))
     calibration = calibration_from_config(cfg)  # checked here; space_from_config takes its constants
     space = space_from_config(cfg)
+    if executor.name == "ray" and space.device != "cpu":
+        raise ConfigError(f"device={space.device!r} is invalid with executor=ray (Ray tasks evaluate on "
+                          "their workers' CPUs): allowed device=cpu, or executor=local")
     out = option(cfg, "out")
     if out is not None and Path(str(out)).suffix not in ("", ".parquet"):
         raise ConfigError(f"out={str(out)!r} is invalid: allowed a path ending in .parquet (one file) "

@@ -290,6 +290,8 @@ def resume_job(run_id: str, overrides: list[str], quiet: bool = False) -> dict[s
     OmegaConf.update(cfg, "tracking.uri", with_uri, force_add=True)
     if "output" in given:
         cfg.output = given["output"]
+    if "device" in given:  # a run started on a GPU machine may go on elsewhere (float64 gives the same values)
+        OmegaConf.update(cfg, "device", given["device"], force_add=True)
     job = prepare(cfg, state.get("overrides", []))
     now = None if job.calibration is None else job.calibration.sha256
     if state.get("calibration_sha256") is not None and now != state["calibration_sha256"]:

@@ -15,11 +15,11 @@ from deepflow.config import option, space_from_config
 from deepflow.presets import ConfigError, to_spec
 
 CONFIG_NAME = "optimize"
-RESUME_OPTIONS = ("resume", "tracking.uri", "output_dir", "output")
+RESUME_OPTIONS = ("resume", "tracking.uri", "output_dir", "output", "device")  # device: same results, other hardware
 MAX_ENUMERATE = 2_000_000  # largest finite space `optimum=enumerate` evaluates whole
 OPTIONS = {"name", "objective", "power_cap_w", "budget", "q", "seed", "optimum", "warm_start", "resume", "output_dir",
            "output", "hardware", "system", "model", "mapping", "space", "strategy", "tracking", "chip",
-           "inner", "calibration", "executor", "ray"}
+           "inner", "calibration", "executor", "ray", "device", "dtype"}
 INNER = (None, "best_mapping")  # `inner`: null = the space as given; best_mapping = deepflow.run.hierarchical
 
 
