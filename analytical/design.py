@@ -14,7 +14,7 @@ from typing import Sequence
 
 import torch
 
-from analytical.codes import DTYPE, PRECISION_FORMAT_INDEX
+from analytical.codes import PRECISION_FORMAT_INDEX
 from analytical.specs import PEAK_FORMATS, PRECISIONS
 
 

@@ -1,4 +1,4 @@
-"""Designs per second of the analytical model on a device (a GPU where there is one), and what float32 costs in accuracy.
+"""Designs/s of the analytical model on a device (a GPU where there is one), and what float32 costs.
 
     python experiments/benchmarks/bench_device.py [--device cuda] [--sizes 65536,1048576,4194304,16777216]
 
@@ -60,15 +60,17 @@ def _median_s(fn, repeats: int, device: torch.device) -> float:
     return statistics.median(walls)
 
 
+def _resident_s(on_device, device: torch.device, repeats: int, chunk: int | None) -> float:
+    return _median_s(lambda: evaluate(on_device, chunk_size=chunk), repeats, device)
+
+
 def speed(designs, device: torch.device, dtype: torch.dtype, repeats: int, chunk: int | None) -> dict:
     """Designs/s resident on `device` and for a CPU round trip, and the device's peak memory."""
     n = designs.batch_size
-    resident = designs.to(device=device, dtype=dtype)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    resident_s = _median_s(lambda: evaluate(resident, chunk_size=chunk), repeats, device)
+    resident_s = _resident_s(designs.to(device=device, dtype=dtype), device, repeats, chunk)
     peak_gib = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
-    del resident
     trip_s = _median_s(lambda: evaluate(designs.to(dtype=dtype), chunk_size=chunk, device=device), repeats, device)
     return {"designs": n, "dtype": str(dtype).removeprefix("torch."), "chunk": chunk,
             "resident_s": resident_s, "resident_designs_per_s": n / resident_s,
@@ -114,12 +116,14 @@ def main() -> None:
     print(f"\n{'dtype':8} {'designs':>11} {'chunk':>9} {'resident/s':>13} {'round trip/s':>13} {'peak GiB':>9}")
     for r in rows:
         print(f"{r['dtype']:8} {r['designs']:>11,} {str(r['chunk'] or 'default'):>9} "
-              f"{r['resident_designs_per_s']:>13,.0f} {r['round_trip_designs_per_s']:>13,.0f} {r['peak_device_gib']:>9.2f}")
+              f"{r['resident_designs_per_s']:>13,.0f} {r['round_trip_designs_per_s']:>13,.0f} "
+              f"{r['peak_device_gib']:>9.2f}")
 
     errors = [error(designs.index(slice(0, args.error_size)), device, dt) for dt in (torch.float64, torch.float32)]
     for e in errors:
-        print(f"\n{e['dtype']} on {device} vs float64 on the CPU, {e['designs']:,} designs ({e['feasible_both']:,} "
-              f"feasible in both): feasibility differs {e['feasibility_differs']}, reason differs {e['reason_differs']}")
+        print(f"\n{e['dtype']} on {device} vs float64 on the CPU, {e['designs']:,} designs "
+              f"({e['feasible_both']:,} feasible in both): feasibility differs {e['feasibility_differs']}, "
+              f"reason differs {e['reason_differs']}")
         for f in ERROR_FIELDS:
             print(f"  {f}: max |rel| {e[f + '_max_rel']:.2e}, median {e[f + '_median_rel']:.2e}")
 
