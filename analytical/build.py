@@ -8,7 +8,7 @@ from typing import Sequence
 
 import torch
 
-from analytical.codes import (DTYPE, EP_DISPATCHER_CODES, FFN_CODES, GB, GIB, KIND_CODES, MIB, PRECISION_CODES,
+from analytical.codes import (CNN_ARCH_CODES, DTYPE, EP_DISPATCHER_CODES, FFN_CODES, GB, GIB, KIND_CODES, MIB, PRECISION_CODES,
                               RECOMPUTE_CODES, TFLOPS, TOPOLOGY_CODES, US)
 from analytical.design import DesignBatch
 from analytical.power_cap import apply_power_limit
@@ -78,6 +78,9 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "gemm_m": model.gemm_m,
         "gemm_n": model.gemm_n,
         "gemm_k": model.gemm_k,
+        "cnn_arch": CNN_ARCH_CODES[model.cnn_arch] if model.cnn_arch is not None else 0,
+        "image_size": model.image_size,
+        "num_classes": model.num_classes,
         "tp": mapping.tp,
         "pp": mapping.pp,
         "dp": dp,
@@ -99,6 +102,7 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "overlap_ep_comm": float(mapping.overlap_ep_comm),
         "ep_dispatcher": EP_DISPATCHER_CODES[mapping.ep_dispatcher],
         "offload_layers": mapping.offload_layers,
+        "fused_jobs": mapping.fused_jobs,
     }
 
 

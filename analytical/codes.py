@@ -7,7 +7,7 @@ from enum import IntEnum
 
 import torch
 
-from analytical.specs import (EP_DISPATCHERS, FFN_TYPES, MODEL_KINDS, PEAK_FORMATS, PRECISION_FORMAT, PRECISIONS,
+from analytical.specs import (CNN_ARCHS, EP_DISPATCHERS, FFN_TYPES, MODEL_KINDS, PEAK_FORMATS, PRECISION_FORMAT, PRECISIONS,
                               RECOMPUTE, TOPOLOGIES)
 
 DTYPE = torch.float64  # every tensor of the model
@@ -20,6 +20,7 @@ KIND_CODES = {name: i for i, name in enumerate(MODEL_KINDS)}
 RECOMPUTE_CODES = {name: i for i, name in enumerate(RECOMPUTE)}
 TOPOLOGY_CODES = {name: i for i, name in enumerate(TOPOLOGIES)}
 EP_DISPATCHER_CODES = {name: i for i, name in enumerate(EP_DISPATCHERS)}
+CNN_ARCH_CODES = {name: i + 1 for i, name in enumerate(CNN_ARCHS)}  # 0: not a CNN
 
 # SI factors of the specs' human units
 TFLOPS = 1e12
@@ -52,6 +53,7 @@ class Reason(IntEnum):
     SHORELINE_EXCEEDED = 17
     PACKAGE_AREA_EXCEEDED = 18
     NETWORK_POWER_TOO_LOW = 19
+    FUSED_JOBS_INVALID = 20  # checked beside the mapping rules (after MAPPING_UNSUPPORTED_BY_MODEL)
 
 
 REASON_TEXT = {
@@ -64,7 +66,9 @@ REASON_TEXT = {
     Reason.CP_NOT_DIVIDING_SEQUENCE: "2 * cp does not divide the sequence length",
     Reason.EP_INVALID: "ep must divide both num_experts and dp * cp * tp",
     Reason.VP_INVALID: "interleaving (vp > 1) needs pp > 1 and a micro-batch count divisible by pp",
-    Reason.MAPPING_UNSUPPORTED_BY_MODEL: "tp, cp, ep and sequence parallelism apply to Transformers only",
+    Reason.MAPPING_UNSUPPORTED_BY_MODEL: "tp, cp, ep and sequence parallelism apply to Transformers only; "
+                                         "a CNN trains data-parallel only (pp 1, no recompute)",
+    Reason.FUSED_JOBS_INVALID: "fused_jobs > 1 fuses single-device jobs: it needs tp = pp = cp = ep = dp = 1",
     Reason.ZERO_WITH_PIPELINE: "ZeRO stages 2 and 3 cannot be combined with pipeline parallelism (FSDP can)",
     Reason.PRECISION_UNSUPPORTED: "the accelerator has no peak rate for this precision",
     Reason.NO_SCALE_OUT_LINK: "the devices span several scale-up domains but have no scale-out bandwidth",

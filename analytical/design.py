@@ -86,6 +86,9 @@ class DesignBatch:
     gemm_m: torch.Tensor
     gemm_n: torch.Tensor
     gemm_k: torch.Tensor
+    cnn_arch: torch.Tensor  # CNN_ARCH_CODES (0: not a CNN)
+    image_size: torch.Tensor
+    num_classes: torch.Tensor
     # mapping
     tp: torch.Tensor
     pp: torch.Tensor
@@ -108,6 +111,7 @@ class DesignBatch:
     overlap_ep_comm: torch.Tensor
     ep_dispatcher: torch.Tensor  # EP_DISPATCHER_CODES
     offload_layers: torch.Tensor
+    fused_jobs: torch.Tensor
 
     @property
     def batch_size(self) -> int:

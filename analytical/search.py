@@ -282,7 +282,8 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
         precision=PRECISIONS[num("precision")], flash_attention=flag("flash_attention"),
         overlap_dp_comm=flag("overlap_dp_comm"), overlap_tp_comm=flag("overlap_tp_comm"),
         overlap_pp_comm=flag("overlap_pp_comm"), overlap_ep_comm=flag("overlap_ep_comm"),
-        ep_dispatcher=EP_DISPATCHERS[num("ep_dispatcher")], offload_layers=num("offload_layers"))
+        ep_dispatcher=EP_DISPATCHERS[num("ep_dispatcher")], offload_layers=num("offload_layers"),
+        fused_jobs=num("fused_jobs"))
     return mapping.validate()
 
 

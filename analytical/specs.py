@@ -17,6 +17,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from analytical.cnns import CNN_ARCHS
+
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4")
 # Tensor-core number formats with a peak rate of their own; a training precision runs its GEMMs at
 # the peak of its format: mxfp8 (OCP microscaling, 32-element blocks with an e8m0 scale) at fp8's,
@@ -25,7 +27,7 @@ PEAK_FORMATS = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp4")
 PRECISION_FORMAT = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8",
                     "mxfp8": "fp8", "nvfp4": "fp4"}
 FFN_TYPES = ("gelu", "swiglu")
-MODEL_KINDS = ("transformer", "lstm", "gemm")
+MODEL_KINDS = ("transformer", "lstm", "gemm", "cnn")
 RECOMPUTE = ("none", "selective", "full")
 TOPOLOGIES = ("fat-tree", "rail-optimized", "torus")
 # How an expert-parallel group moves tokens to their experts and back (Megatron-Core
@@ -164,7 +166,9 @@ class SystemSpec:
 class ModelSpec:
     """The workload. `transformer` covers GPT, LLaMA (GQA via num_kv_heads, SwiGLU) and MoE
     (num_experts > 1 with top_k routing); `lstm` uses num_layers, hidden_size, vocab_size and
-    seq_length; `gemm` is a single gemm_m x gemm_n x gemm_k matrix product per step."""
+    seq_length; `gemm` is a single gemm_m x gemm_n x gemm_k matrix product per step; `cnn` is the
+    convolutional network `cnn_arch` (its layer table in `analytical.cnns`) on image_size x
+    image_size images with a num_classes-way classifier (one image is one "token": seq_length 1)."""
 
     name: str = "model"
     kind: str = "transformer"
@@ -198,6 +202,9 @@ class ModelSpec:
     gemm_m: int = 1
     gemm_n: int = 1
     gemm_k: int = 1
+    cnn_arch: Optional[str] = None  # kind cnn: one of CNN_ARCHS
+    image_size: int = 224  # kind cnn: input height = width (224 for ImageNet, 32 for CIFAR-10)
+    num_classes: int = 1000  # kind cnn: outputs of the classifier
 
     @property
     def kv_heads(self) -> int:
@@ -247,6 +254,15 @@ class ModelSpec:
                                 f"a divisor of num_heads ({self.num_heads})")
         if self.top_k > self.num_experts:
             raise SpecError(spec, "top_k", self.top_k, f"<= num_experts ({self.num_experts})")
+        _check_int(spec, self, ("image_size", "num_classes"))
+        if self.kind == "cnn":
+            _check_choice(spec, self, "cnn_arch", CNN_ARCHS)
+            if self.seq_length != 1 or self.num_layers != 1:
+                field = "seq_length" if self.seq_length != 1 else "num_layers"
+                raise SpecError(spec, field, getattr(self, field),
+                                "1 for kind cnn (a network is one layer table; an image is one token)")
+        elif self.cnn_arch is not None:
+            raise SpecError(spec, "cnn_arch", self.cnn_arch, "null unless kind is cnn")
         _check_int(spec, self, ("moe_router_num_groups", "moe_router_group_topk"))
         if self.num_experts % self.moe_router_num_groups:
             raise SpecError(spec, "moe_router_num_groups", self.moe_router_num_groups,
@@ -296,10 +312,13 @@ class MappingSpec:
     # layers of each pipeline stage whose activations wait in host memory between the forward and
     # backward passes (Megatron-Core cpu_offloading_num_layers); their copies overlap compute
     offload_layers: int = 0
+    # independent single-device jobs of the same model fused into one (HFTA, Wang et al. MLSys 2021):
+    # each operator of the B jobs runs as one batched kernel; 1 = one job
+    fused_jobs: int = 1
 
     def validate(self) -> "MappingSpec":
         spec = f"mapping[{self.name}]"
-        _check_int(spec, self, ("tp", "pp", "cp", "ep", "vp", "micro_batch_size", "global_batch_size"))
+        _check_int(spec, self, ("tp", "pp", "cp", "ep", "vp", "micro_batch_size", "global_batch_size", "fused_jobs"))
         if self.dp is not None:
             _check_int(spec, self, ("dp",))
         _check_int(spec, self, ("zero_stage", "offload_layers"), minimum=0)

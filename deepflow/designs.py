@@ -18,6 +18,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from analytical.codes import (
+    CNN_ARCH_CODES,
     EP_DISPATCHER_CODES,
     FFN_CODES,
     GB,
@@ -79,10 +80,13 @@ SPEC_FIELDS: dict[str, tuple[str, str, float, Optional[dict]]] = {
     "gemm_m": ("model", "gemm_m", 1.0, None),
     "gemm_n": ("model", "gemm_n", 1.0, None),
     "gemm_k": ("model", "gemm_k", 1.0, None),
+    "cnn_arch": ("model", "cnn_arch", 1.0, {None: 0, **CNN_ARCH_CODES}),
+    "image_size": ("model", "image_size", 1.0, None),
+    "num_classes": ("model", "num_classes", 1.0, None),
     **{name: ("mapping", name, 1.0, None) for name in
        ("tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "micro_batch_size", "global_batch_size",
         "zero_stage", "fsdp", "distributed_optimizer", "flash_attention", "overlap_dp_comm", "overlap_tp_comm",
-        "overlap_pp_comm", "overlap_ep_comm", "offload_layers")},
+        "overlap_pp_comm", "overlap_ep_comm", "offload_layers", "fused_jobs")},
     "recompute": ("mapping", "recompute", 1.0, RECOMPUTE_CODES),
     "precision": ("mapping", "precision", 1.0, PRECISION_CODES),
     "ep_dispatcher": ("mapping", "ep_dispatcher", 1.0, EP_DISPATCHER_CODES),

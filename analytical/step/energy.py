@@ -50,6 +50,7 @@ from analytical.step.workload import (
     local_tokens,
     logit_gemm_flops,
     memory_bound_bytes_per_layer,
+    slot_sum,
 )
 
 ENERGY_PARTS = ("compute", "sram", "hbm", "scale_up", "scale_out", "static")
@@ -230,7 +231,7 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
             ("flops", flash_flops, 2.5 * flash_flops, 0.0),  # FA2 backward: 5 of the 2 forward matmuls
             ("hbm_bytes", mb_bytes + qkvo_bytes, 2.0 * (mb_bytes + qkvo_bytes), core_mem_bytes),
             ("sram_bytes", mb_bytes + qkvo_bytes, 2.0 * (mb_bytes + qkvo_bytes), core_mem_bytes)):
-        gemm_fwd = per_slot[name].sum(-1)
+        gemm_fwd = slot_sum(per_slot[name])
         forward = gemm_fwd + fwd_extra
         backward = 2.0 * gemm_fwd + bwd_extra
         recompute = full * forward + selective * (per_slot[name][..., CORE_SLOTS].sum(-1) + core_extra)

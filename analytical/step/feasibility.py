@@ -38,7 +38,11 @@ def mapping_reasons(d: DesignBatch, peak_flops_per_s: torch.Tensor) -> torch.Ten
         (Reason.EP_INVALID, _divides(d.ep, d.num_experts) & _divides(d.ep, d.dp * d.cp * d.tp)),
         (Reason.VP_INVALID, (d.vp == 1) | ((d.pp > 1) & (torch.remainder(micro_batches, d.pp) == 0))),
         (Reason.MAPPING_UNSUPPORTED_BY_MODEL,
-         transformer | ((d.tp == 1) & (d.cp == 1) & (d.ep == 1) & (d.sequence_parallel == 0))),
+         (transformer | ((d.tp == 1) & (d.cp == 1) & (d.ep == 1) & (d.sequence_parallel == 0)))
+         & ((d.kind != KIND_CODES["cnn"]) | ((d.pp == 1) & (d.recompute == 0)))),
+        # HFTA fuses jobs that each run on one device (Wang et al. MLSys 2021, sec. 3)
+        (Reason.FUSED_JOBS_INVALID,
+         (d.fused_jobs == 1) | ((d.tp == 1) & (d.pp == 1) & (d.cp == 1) & (d.ep == 1) & (d.dp == 1))),
         (Reason.ZERO_WITH_PIPELINE, (d.zero_stage < 2) | (d.pp == 1) | (d.fsdp > 0)),
         (Reason.PRECISION_UNSUPPORTED, peak_flops_per_s > 0),
         (Reason.NO_SCALE_OUT_LINK, (d.num_devices <= d.scale_up_domain) | (d.scale_out_bw_bytes_per_s > 0)),

@@ -23,6 +23,23 @@ def gemm_waves(m: torch.Tensor, n: torch.Tensor, count: torch.Tensor, tile_m: to
     return ceil_div(tiles, compute_units)
 
 
+# Split-K: a product whose output tiles fill less than one wave of the compute units splits its
+# reduction over the idle units (cuBLAS / cuDNN heuristics; CUTLASS "split-K parallel"), each part
+# reducing at least this many elements (an estimate: a few main-loop stages of a 128-wide tile), and
+# the partial sums are written and summed in fp32. This is what keeps a convolution's weight
+# gradient, a (c_in k^2) x c_out output reducing over every pixel of the batch, from running on a
+# handful of units.
+SPLIT_K_MIN_ELEMENTS = 256.0
+
+
+def split_k(m: torch.Tensor, n: torch.Tensor, k: torch.Tensor, count: torch.Tensor, tile_m: torch.Tensor,
+            tile_n: torch.Tensor, compute_units: torch.Tensor) -> torch.Tensor:
+    """Parts the reduction is split into: floor(units / output tiles), at most k / 256, at least 1."""
+    tiles = count * ceil_div(m, tile_m) * ceil_div(n, tile_n)
+    parts = torch.minimum(torch.floor(compute_units / tiles), torch.floor(k / SPLIT_K_MIN_ELEMENTS))
+    return torch.clamp_min(parts, 1.0)
+
+
 def gemm_flops(m: torch.Tensor, n: torch.Tensor, k: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
     """Useful FLOPs of `count` independent (m x k) @ (k x n) products: 2 m n k count."""
     return 2.0 * m * n * k * count
@@ -38,9 +55,10 @@ def gemm_compute_time_s(m, n, k, count, peak_flops_per_s, compute_units, tile_m,
     tile out: latency, not tensor-core work, so it weighs more on a chip with faster tensor cores).
     """
     fraction = eff.gemm_peak_fraction if peak_fraction is None else peak_fraction
-    waves = gemm_waves(m, n, count, tile_m, tile_n, compute_units)
+    parts = split_k(m, n, k, count, tile_m, tile_n, compute_units)
+    waves = gemm_waves(m, n, count * parts, tile_m, tile_n, compute_units)
     per_unit_flops_per_s = peak_flops_per_s * fraction / compute_units
-    tile_flops = 2.0 * tile_m * tile_n * k
+    tile_flops = 2.0 * tile_m * tile_n * k / parts
     return waves * (tile_flops / per_unit_flops_per_s + eff.gemm_tile_overhead_s)
 
 
@@ -60,7 +78,9 @@ def gemm_time_s(m, n, k, count, peak_flops_per_s, compute_units, tile_m, tile_n,
     """Roofline over compute, HBM and SRAM, plus one kernel launch. Zero-size GEMMs cost 0."""
     compute = gemm_compute_time_s(m, n, k, count, peak_flops_per_s, compute_units, tile_m, tile_n, eff,
                                   peak_fraction)
-    hbm = gemm_hbm_bytes(m, n, k, count, bytes_per_element) / (hbm_bw_bytes_per_s * eff.hbm_bw_fraction)
+    # split-K's fp32 partial sums: written once by each part, read once by the reduction
+    partials = 8.0 * count * m * n * (split_k(m, n, k, count, tile_m, tile_n, compute_units) - 1.0)
+    hbm = (gemm_hbm_bytes(m, n, k, count, bytes_per_element) + partials) / (hbm_bw_bytes_per_s * eff.hbm_bw_fraction)
     sram = gemm_sram_bytes(m, n, k, count, tile_m, tile_n, bytes_per_element) / sram_bw_bytes_per_s
     time = torch.maximum(torch.maximum(compute, hbm), sram) + launch_s
     return torch.where(m * n * k * count > 0, time, 0.0)

@@ -15,10 +15,11 @@ from analytical.codes import PRECISION_CODES
 from analytical.design import DesignBatch
 from analytical.step.workload import (
     activation_bytes_per_element,
+    any_fused,
     activation_bytes_per_layer,
     embedding_params,
     gemm_bytes_per_element,
-    is_kind,
+    has_vocabulary,
     is_narrow,
     layer_params,
     local_tokens,
@@ -50,7 +51,8 @@ def params_per_device(d: DesignBatch) -> torch.Tensor:
     tied_copy = (emb_out == 0).to(d.tp.dtype) * (1.0 - single_stage) * emb_in
     first = emb_in + single_stage * emb_out
     last = emb_out + tied_copy + single_stage * emb_in
-    return layers + torch.maximum(first, last) / d.tp
+    per_job = layers + torch.maximum(first, last) / d.tp
+    return per_job * d.fused_jobs if any_fused(d) else per_job  # B fused jobs: B copies
 
 
 @per_evaluation
@@ -93,7 +95,7 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
     kept_layers = torch.clamp_min(layers_per_stage - d.offload_layers, 0.0)  # the rest wait in host memory
     activations = (activation_bytes_per_layer(d) * kept_layers * in_flight_micro_batches(d)
                    + recompute_transient_bytes(d))
-    logits = local_tokens(d) * d.vocab_size / d.tp * (elem + 4.0) * (1.0 - is_kind(d, "gemm"))
+    logits = local_tokens(d) * d.vocab_size / d.tp * (elem + 4.0) * has_vocabulary(d)
     message = local_tokens(d) * d.hidden_size * elem
     dense, _ = layer_params(d)
     zero3_prefetch = (zero >= 3).to(dp.dtype) * 2.0 * dense / d.tp * weight_bytes_per_param(d)

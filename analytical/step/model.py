@@ -33,6 +33,8 @@ from analytical.step.memo import memoizing
 from analytical.step.memory import grad_bytes_per_param, memory_breakdown, params_per_device
 from analytical.step.workload import (
     GEMM_SLOTS,
+    any_fused,
+    slot_sum,
     activation_bytes_per_element,
     attention_core_flops,
     gemm_bytes_per_element,
@@ -244,8 +246,8 @@ def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer
     scores = d.micro_batch_size * d.num_heads / d.tp * (d.seq_length / d.cp) * d.seq_length
     core_mem = memory_bound_time_s(4.5 * scores * elem * unfused, 2.0 * unfused, d.hbm_bw_bytes_per_s,
                                    d.kernel_launch_s, eff)
-    forward = fwd_slots.sum(-1) + flash_fwd + fwd_mem
-    backward = bwd_slots.sum(-1) + flash_bwd + 2.0 * fwd_mem
+    forward = slot_sum(fwd_slots) + flash_fwd + fwd_mem
+    backward = slot_sum(bwd_slots) + flash_bwd + 2.0 * fwd_mem
     if eff.layer_overhead_s != 0.0:  # (a calibration may set 0: then no additions of zero)
         forward, backward = forward + eff.layer_overhead_s, backward + eff.layer_overhead_s
     return _Layer(fwd_slots=fwd_slots, bwd_slots=bwd_slots, forward=forward, backward=backward,
@@ -356,8 +358,20 @@ def _optimizer_time_s(d: DesignBatch, params, eff: Efficiency) -> torch.Tensor:
                                d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
 
 
+def fuse_jobs(d: DesignBatch) -> DesignBatch:
+    """B fused jobs (`fused_jobs`, HFTA) as one training step: the micro-batch and global batch hold
+    all B jobs' samples, so every activation, memory-bound kernel's traffic and FLOP count scales with
+    B; the GEMM table then splits each product into B batched ones (`workload.layer_gemms`), and the
+    parameters are B copies (`memory.params_per_device`). Throughput (`tokens_per_s`) is the B jobs'
+    together. Itself when no design fuses."""
+    if not any_fused(d):
+        return d
+    return d.replace(micro_batch_size=d.micro_batch_size * d.fused_jobs,
+                     global_batch_size=d.global_batch_size * d.fused_jobs)
+
+
 def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
-    d = memoizing(d)  # derived terms (local tokens, layer parameters, ...) computed once per chunk
+    d = memoizing(fuse_jobs(d))  # derived terms (local tokens, layer parameters, ...) computed once per chunk
     peak_raw = peak_for_precision(d)
     peak = torch.clamp_min(peak_raw, 1e9)  # keeps unsupported precisions finite; flagged below
     elem = activation_bytes_per_element(d)

@@ -20,11 +20,21 @@ from analytical.design import DesignBatch
 from analytical.step.attention import (any_mla, attention_out_width, attention_params, attention_width, head_dim,
                                        latent_activation_bytes_per_token, qk_head_dim, qkv_projection_width,
                                        value_head_dim)
+from analytical.step.cnn import any_cnn, cnn_terms
 from analytical.step.memo import per_evaluation
 
 GEMM_SLOTS = ("qkv", "attention_scores", "attention_values", "attention_out", "ffn_up", "ffn_down",
               "router", "recurrent")
 ROUTER_SLOT = GEMM_SLOTS.index("router")
+CORE_SLOTS = (GEMM_SLOTS.index("attention_scores"), GEMM_SLOTS.index("attention_values"))
+
+
+def slot_sum(x: torch.Tensor) -> torch.Tensor:
+    """`(batch,)` sum over the GEMM slots of `(batch, slots)`: the fixed `GEMM_SLOTS`, plus a CNN's
+    layer slots when the chunk holds one, summed apart (a design's sum is then the same whichever
+    designs share its chunk: the CNN slots add exactly 0.0 to the others)."""
+    base = x[..., :len(GEMM_SLOTS)].sum(-1)
+    return base if x.shape[-1] == len(GEMM_SLOTS) else base + x[..., len(GEMM_SLOTS):].sum(-1)
 @per_evaluation
 def is_kind(d: DesignBatch, kind: str) -> torch.Tensor:
     return (d.kind == KIND_CODES[kind]).to(d.tp.dtype)
@@ -120,7 +130,7 @@ class Gemms:
 
     def flops(self) -> torch.Tensor:
         """`(batch,)` FLOPs of the table: sum of 2 m n k count serial."""
-        return (2.0 * self.m * self.n * self.k * self.count * self.serial).sum(-1)
+        return slot_sum(2.0 * self.m * self.n * self.k * self.count * self.serial)
 
 
 def layer_gemms(d: DesignBatch) -> Gemms:
@@ -162,15 +172,46 @@ def layer_gemms(d: DesignBatch) -> Gemms:
                f_e / t, h, h]
     slots_count = [one, b * heads_local, b * heads_local, one, local_experts, local_experts, one, one]
     slots_serial = [one, one, one, one, one, one, one, torch.where(lstm > 0, s, one)]
+    if any_cnn(d):  # one slot per convolution / FC layer of the chunk's largest network
+        cnn = cnn_terms(d)
+        width = cnn.m.shape[-1]
+        slots_m += list((b.unsqueeze(-1) * cnn.m).unbind(-1))
+        slots_n += list(cnn.n.unbind(-1))
+        slots_k += list(cnn.k.unbind(-1))
+        slots_count += [one] * width
+        slots_serial += [one] * width
     stack = lambda xs: torch.stack(xs, dim=-1)  # noqa: E731
-    return Gemms(stack(slots_m), stack(slots_n), stack(slots_k), stack(slots_count),
-                 stack(slots_serial) + zero.unsqueeze(-1))
+    gemms = Gemms(stack(slots_m), stack(slots_n), stack(slots_k), stack(slots_count),
+                  stack(slots_serial) + zero.unsqueeze(-1))
+    return _fused(d, gemms) if any_fused(d) else gemms
+
+
+@per_evaluation
+def any_fused(d: DesignBatch) -> bool:
+    return bool((d.fused_jobs > 1).any())
+
+
+def _fused(d: DesignBatch, gemms: Gemms) -> Gemms:
+    """B fused jobs (HFTA): every product whose rows are the micro-batch's tokens or images runs as B
+    batched products of one job's rows each (`d.micro_batch_size` holds all B jobs' samples, see
+    `step.model.fuse_jobs`); the attention score products, already one per sequence, stay as they are."""
+    per_token = torch.ones(gemms.m.shape[-1], dtype=gemms.m.dtype, device=gemms.m.device)
+    per_token[list(CORE_SLOTS)] = 0.0
+    split = 1.0 + (d.fused_jobs.unsqueeze(-1) - 1.0) * per_token
+    return Gemms(gemms.m / split, gemms.n, gemms.k, gemms.count * split, gemms.serial)
+
+
+@per_evaluation
+def has_vocabulary(d: DesignBatch) -> torch.Tensor:
+    """1 for the kinds with token embeddings and an output layer (transformer, lstm), 0 for gemm and
+    cnn (a CNN's classifier is one of its GEMM slots)."""
+    return 1.0 - is_kind(d, "gemm") - is_kind(d, "cnn")
 
 
 @per_evaluation
 def logit_gemm_flops(d: DesignBatch) -> torch.Tensor:
     """Forward FLOPs of the output layer per micro-batch on one device: 2 (b s/cp) h V/tp."""
-    return 2.0 * local_tokens(d) * d.hidden_size * d.vocab_size / d.tp * (1.0 - is_kind(d, "gemm"))
+    return 2.0 * local_tokens(d) * d.hidden_size * d.vocab_size / d.tp * has_vocabulary(d)
 
 
 @per_evaluation
@@ -200,15 +241,16 @@ def layer_params(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     shared = moe * d.num_shared_experts * per_expert  # replicated over ep like the attention
     dense = tr * (attention + norms + biases + router + shared) + lstm * (8.0 * h * h + 8.0 * h)
     gemm = is_kind(d, "gemm") * d.gemm_k * d.gemm_n
+    if any_cnn(d):
+        gemm = gemm + cnn_terms(d).params
     return dense + gemm, tr * expert
 
 
 @per_evaluation
 def embedding_params(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """`(input, output)` embedding parameters; GPT-style models tie the output to the input."""
-    not_gemm = 1.0 - is_kind(d, "gemm")
     gelu_tr = (1.0 - is_swiglu(d)) * is_kind(d, "transformer")
-    vh = d.vocab_size * d.hidden_size * not_gemm
+    vh = d.vocab_size * d.hidden_size * has_vocabulary(d)
     return vh + gelu_tr * d.seq_length * d.hidden_size, vh * (1.0 - gelu_tr)
 
 
@@ -235,11 +277,11 @@ def layer_forward_flops_per_sequence(d: DesignBatch, gemms: Gemms | None = None)
     """
     gemms = layer_gemms(d) if gemms is None else gemms
     t, c = d.tp.unsqueeze(-1), d.cp.unsqueeze(-1)
-    router = torch.zeros(len(GEMM_SLOTS), dtype=t.dtype, device=t.device)
+    router = torch.zeros(gemms.m.shape[-1], dtype=t.dtype, device=t.device)
     router[ROUTER_SLOT] = 1.0
     scale = c * (t * (1.0 - router) + router)
     core = 4.0 * d.micro_batch_size * d.seq_length**2 * attention_width(d) * is_kind(d, "transformer")
-    per_micro_batch = (2.0 * gemms.m * gemms.n * gemms.k * gemms.count * gemms.serial * scale).sum(-1)
+    per_micro_batch = slot_sum(2.0 * gemms.m * gemms.n * gemms.k * gemms.count * gemms.serial * scale)
     return (per_micro_batch + d.flash_attention * core) / d.micro_batch_size, core / d.micro_batch_size
 
 
@@ -308,7 +350,13 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     # full recompute rebuilds one layer's activations at a time in the backward pass: that layer's
     # whole set is live on top of the kept inputs (Korthikanti et al. 2022, sec. 4.2)
     transient = torch.where(d.recompute == RECOMPUTE_CODES["full"], full, torch.zeros_like(full)) * scale
-    return (per_layer + lstm_bytes + gemm_bytes) * scale, transient
+    kept_bytes = (per_layer + lstm_bytes + gemm_bytes) * scale
+    if any_cnn(d):
+        cnn = cnn_terms(d)
+        elem = activation_bytes_per_element(d)
+        kept_bytes = kept_bytes + d.micro_batch_size * (cnn.kept_elements * elem + cnn.index_bytes)
+        transient = transient + d.micro_batch_size * cnn.backward_transient_elements * elem
+    return kept_bytes, transient
 
 
 @per_evaluation
@@ -366,4 +414,8 @@ def memory_bound_bytes_per_layer(d: DesignBatch) -> tuple[torch.Tensor, torch.Te
     tr_kernels = tr * (5.0 + 2.0 * moe + 2.0 * (1.0 - d.flash_attention) + 4.0 * is_narrow(d))
     lstm_bytes = lstm * elem * 12.0 * local_tokens(d) * d.hidden_size
     lstm_kernels = lstm * d.seq_length
+    if any_cnn(d):
+        cnn = cnn_terms(d)
+        lstm_bytes = lstm_bytes + elem * d.micro_batch_size * cnn.memory_bound_elements
+        lstm_kernels = lstm_kernels + cnn.memory_bound_kernels
     return tr_bytes + lstm_bytes, tr_kernels + lstm_kernels

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from analytical import AcceleratorSpec, DesignBatch, ModelSpec, StepResult, SystemSpec, evaluate, single_design
-from analytical.codes import DTYPE, GIB, MIB, RECOMPUTE_CODES
+from analytical.codes import CNN_ARCH_CODES, DTYPE, GIB, MIB, RECOMPUTE_CODES
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -321,6 +321,19 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
     )
     fields["num_kv_heads"] = torch.where(mla, fields["num_heads"], fields["num_kv_heads"])
     fields["head_dim"] = torch.where(mla & (fields["head_dim"] == 0), 2.0 ** ints(6, 7), fields["head_dim"])
+    # convolutional networks on an eighth of the designs (one layer table, one image a token), and
+    # fused repeated jobs (HFTA) on a third
+    cnn = (ints(0, 7) == 0) & ~mla
+    one_ = torch.ones(n, dtype=DTYPE)
+    fields.update(
+        kind=torch.where(cnn, 3.0 * one_, fields["kind"]),
+        cnn_arch=torch.where(cnn, ints(1, len(CNN_ARCH_CODES)), zero),
+        image_size=torch.where(cnn, choice([32, 64, 224, 1024]), 224.0 * one_),
+        num_classes=torch.where(cnn, choice([10, 16, 1000]), 1000.0 * one_),
+        fused_jobs=torch.where(ints(0, 2) == 0, choice([2, 4, 8]), one_),
+    )
+    fields["num_layers"] = torch.where(cnn, one_, fields["num_layers"])
+    fields["seq_length"] = torch.where(cnn, one_, fields["seq_length"])
     return DesignBatch(**fields)
 
 

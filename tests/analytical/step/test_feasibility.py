@@ -181,9 +181,11 @@ def test_every_reason_is_reachable_and_described(a100, make_system, small_gpt, r
         Reason.OUT_OF_MEMORY: (a100, make_system(8), replace(small_gpt, num_layers=400),
                                MappingSpec(global_batch_size=8)),
         Reason.POWER_OVER_BUDGET: (replace(a100, tdp_w=20.0), system16, small_gpt, MappingSpec(**BASE_MAPPING)),
+        Reason.FUSED_JOBS_INVALID: (a100, make_system(2), small_gpt, MappingSpec(global_batch_size=64, fused_jobs=2)),
     }
-    # chip-derivation reasons (14 and up) come from analytical.chip.derive: tests/analytical/chip/test_derive.py
-    assert set(cases) == {r for r in Reason if r < Reason.NO_COMPUTE_UNIT}, "a Reason without a design here: add one"
+    # chip-derivation reasons (14-19) come from analytical.chip.derive: tests/analytical/chip/test_derive.py
+    chip = range(Reason.NO_COMPUTE_UNIT, Reason.NETWORK_POWER_TOO_LOW + 1)
+    assert set(cases) == {r for r in Reason if r not in chip}, "a Reason without a design here: add one"
     batch = stack_designs(*map(list, zip(*cases.values())))
     result = evaluate(batch)
     assert result.reason.tolist() == [int(r) for r in cases]
