@@ -33,6 +33,7 @@ def design_line(accelerator, system, model, mapping) -> str:
             + (f" ep_dispatcher={mapping.ep_dispatcher}" if mapping.ep_dispatcher != "alltoall" else "")
             + (" overlap_ep=1" if mapping.overlap_ep_comm else "")
             + (f" offload_layers={mapping.offload_layers}" if mapping.offload_layers else "")
+            + (f" fused_jobs={mapping.fused_jobs}" if mapping.fused_jobs > 1 else "")
             + (f" power_limit={accelerator.power_limit_w:g}W" if accelerator.power_limit_w else ""))
 
 
@@ -65,6 +66,23 @@ def step_table(row: dict, hbm_bytes: float, tdp_w: float = 0.0) -> str:
                              for p, v in row["energy_breakdown"].items()],
                             title="energy breakdown (one step, all devices)", indent=2, show_header=False)]
     return "\n".join(parts)
+
+
+def fused_table(fused: dict) -> str:
+    """The fused jobs (`analytical.fused.fused_comparison`) against serial and one job per accelerator."""
+    b = fused["fused_jobs"]
+    rows = [(f"fused ({b} jobs, 1 accelerator)", _fmt_time(fused["fused_step_time_s"]).strip(),
+             _fmt_energy(fused["fused_energy_per_job_j"]).strip(), f"{fused['speedup_vs_serial']:.2f} x"),
+            (f"serial ({b} jobs one after another)", _fmt_time(fused["serial_step_time_s"]).strip(),
+             _fmt_energy(fused["serial_energy_per_job_j"]).strip(), "1.00 x"),
+            (f"one job per accelerator ({b} accelerators)", _fmt_time(fused["one_per_accelerator_step_time_s"]).strip(),
+             _fmt_energy(fused["serial_energy_per_job_j"]).strip(), f"{b:.2f} x on {b} accelerators")]
+    largest = fused["largest_fused_jobs"]
+    fits = ("none: one job does not fit" if largest == 0 else
+            f"{largest}" if largest < fused["searched_up_to"] else f">= {largest} (searched up to it)")
+    return (table(["way", "one step of every job", "energy per job-step", "throughput vs serial"], rows,
+                  title="fused jobs (HFTA) against running them one by one", indent=2)
+            + f"\n  largest fused_jobs that fits: {fits}; MPS (concurrent processes) is not modelled")
 
 
 def validation_table(result: dict) -> str:

@@ -23,6 +23,7 @@ from deepflow.run.best_design import base_space, chip_summary, chosen_mapping, d
 from deepflow.run.job import RESUME_OPTIONS, Job, invalid, prepare
 from deepflow.run.metrics import MetricContext, TimedStrategy, enumerate_optimum, evaluation_frame
 from deepflow.run.mlflow_sink import MlflowSink, client_for, log_params
+from deepflow.run.objectives import OUTCOME_LABELS
 from deepflow.tracking import experiment_id_for
 from deepflow.run.store import RunStore, point_columns
 
@@ -51,8 +52,7 @@ class OptimizationRun:
         self.sink.log_evaluations(frame, self.store.state().get("mlflow_synced", 0), len(frame), self.context)
         if self.bar is not None:
             best = self.context.columns(frame)["best_so_far"][-1]
-            what = "step time" if self.context.outcomes[0] == "log_step_time_s" else "energy per step"
-            unit = "s" if self.context.outcomes[0] == "log_step_time_s" else "J"
+            what, unit = OUTCOME_LABELS[self.context.outcomes[0]]
             text = f"best {what} {best:.4g} {unit}" if np.isfinite(best) else "no feasible design yet"
             extra = "".join(f", {k} {v:.2f} s" for k, v in timings.items() if k != "verify_s")
             self.bar.set_postfix_str(f"{text} ({int(frame['objective_feasible'].sum())} feasible{extra})",
@@ -92,7 +92,7 @@ class OptimizationRun:
         job, store, frame = self.job, self.store, self.store.evaluations()
         d = store.directory.resolve()
         derived = self.context.columns(frame)
-        label = {"log_step_time_s": "step time (s)", "log_energy_j": "energy per step (J)"}[self.context.outcomes[0]]
+        label = "{} ({})".format(*OUTCOME_LABELS[self.context.outcomes[0]])
         title = f"{job.name}: {job.strategy_name}, seed {job.seed}"
         plots.convergence_png(frame, d / "convergence.png", label, np.exp(frame[self.context.outcomes[0]].to_numpy(float))
                               * np.where(frame["objective_feasible"].to_numpy(bool), 1.0, np.nan),
@@ -157,7 +157,9 @@ class OptimizationRun:
 
 OBJECTIVE_TEXT = {"step_time": "minimize the step time (s)", "energy": "minimize the energy per step (J)",
                   "time_at_power_cap": "minimize the step time (s) under an average power cap",
-                  "time_energy": "the Pareto front of step time (s) and energy per step (J)"}
+                  "time_energy": "the Pareto front of step time (s) and energy per step (J)",
+                  "time_per_token": "minimize the time per token (image) of all the step's jobs (s)",
+                  "energy_per_token": "minimize the energy per token (image) (J)"}
 
 
 def run_description(job: Job, directory: Path, summary: Optional[dict] = None) -> str:

@@ -7,7 +7,11 @@ outcome constraints a strategy may model.
 - `energy`: Y = [log energy per step] (needs the energy model: `StepResult.energy_j`);
 - `time_at_power_cap`: Y = [log step time], feasible only where the average device power is at most
   `power_cap_w` (each design's own `tdp_w` when None: the model's POWER_OVER_BUDGET);
-- `time_energy`: Y = [log step time, log energy per step] (two objectives, a Pareto front).
+- `time_energy`: Y = [log step time, log energy per step] (two objectives, a Pareto front);
+- `time_per_token`: Y = [log (1 / tokens per second)], the time per token (per image for a CNN) of
+  all the step's jobs together: with `mapping.fused_jobs` B jobs share a step, so this is what a
+  sweep of many jobs minimizes (its makespan is the samples of all jobs times this);
+- `energy_per_token`: Y = [log energy per token] (per image; per job-sample when jobs are fused).
 
 Logs: the quantities span decades across a space and a GP models their logs far better; a regret of
 1 % in time is a difference of log(1.01) in Y. All objectives are minimized.
@@ -39,7 +43,10 @@ from analytical.design import DesignBatch
 from analytical.specs import SpecError
 from analytical.step.model import StepResult
 
-OBJECTIVES = ("step_time", "energy", "time_at_power_cap", "time_energy")
+OBJECTIVES = ("step_time", "energy", "time_at_power_cap", "time_energy", "time_per_token", "energy_per_token")
+# each outcome column (a log): what it is and its unit, for tables, plots and progress bars
+OUTCOME_LABELS = {"log_step_time_s": ("step time", "s"), "log_energy_j": ("energy per step", "J"),
+                  "log_time_per_token_s": ("time per token", "s"), "log_energy_per_token_j": ("energy per token", "J")}
 PLACEHOLDER = 50.0  # finite stand-in for a non-finite log objective (e^50 s: never a best value)
 MODELLED_REASONS = {"memory": int(Reason.OUT_OF_MEMORY), "power": 13}  # 13: Reason.POWER_OVER_BUDGET
 
@@ -85,7 +92,8 @@ class Objective:
     def outcome_names(self) -> list[str]:
         return {"step_time": ["log_step_time_s"], "energy": ["log_energy_j"],
                 "time_at_power_cap": ["log_step_time_s"],
-                "time_energy": ["log_step_time_s", "log_energy_j"]}[self.name]
+                "time_energy": ["log_step_time_s", "log_energy_j"],
+                "time_per_token": ["log_time_per_token_s"], "energy_per_token": ["log_energy_per_token_j"]}[self.name]
 
     @property
     def constraint_names(self) -> list[str]:
@@ -103,6 +111,10 @@ class Objective:
             cols.append(_log(result.step_time_s))
         if self.name in ("energy", "time_energy"):
             cols.append(_log(_field(result, "energy_j", self.name)))
+        if self.name == "time_per_token":
+            cols.append(-_log(result.tokens_per_s))
+        if self.name == "energy_per_token":
+            cols.append(_log(_field(result, "energy_per_token_j", self.name)))
         return torch.stack(cols, dim=-1)
 
     def _power_ratio(self, result: StepResult, designs: Optional[DesignBatch]) -> torch.Tensor:

@@ -38,6 +38,20 @@ def test_evaluate_infeasible_design_is_an_answer_not_an_error():
     assert result["feasible"] is False and result["reason"] == "out_of_memory"
 
 
+def test_evaluate_fused_cnn_jobs_compares_them_with_serial_ones():
+    args = ("model=resnet18-cifar10", "hardware=a100-sxm-40gb", "mapping=single-job", "system.num_devices=1",
+            "mapping.fused_jobs=8", "mapping.precision=fp16")
+    out = run("evaluate", *args, "output=json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    fused = result["fused"]
+    assert result["feasible"] is True and fused["fused_jobs"] == 8
+    assert fused["fused_step_time_s"] == pytest.approx(result["step_time_s"])
+    assert 1.0 < fused["speedup_vs_serial"] <= 8.0 and fused["largest_fused_jobs"] >= 8
+    table = run("evaluate", *args)
+    assert "fused jobs (HFTA)" in table.stdout and "largest fused_jobs that fits" in table.stdout
+
+
 @pytest.mark.parametrize("args, needle", [
     (("evaluate", "model=gpt-nonexistent"), "model='gpt-nonexistent' is not a known preset"),
     (("evaluate", "hardware=a100"), "hardware='a100' is not a known preset"),

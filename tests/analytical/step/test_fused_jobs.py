@@ -93,3 +93,22 @@ def test_a_bad_fused_count_is_named(value):
     with pytest.raises(SpecError) as err:
         MappingSpec(name="bad", fused_jobs=value).validate()
     assert err.value.field == "fused_jobs"
+
+
+def test_the_comparison_with_serial_jobs_is_one_batched_evaluation(a100, make_system):
+    from analytical.fused import fused_comparison
+
+    system = make_system(1)
+    design = single_design(a100, system, RESNET18_CIFAR, fused(8))
+    out = fused_comparison(design, max_jobs=64)
+    one, eight = (evaluate(single_design(a100, system, RESNET18_CIFAR, fused(b))) for b in (1, 8))
+    assert out["serial_step_time_s"] == pytest.approx(8 * float(one.step_time_s[0]))
+    assert out["fused_step_time_s"] == pytest.approx(float(eight.step_time_s[0]))
+    assert out["speedup_vs_serial"] == pytest.approx(8 * float(one.step_time_s[0]) / float(eight.step_time_s[0]))
+    assert out["fused_energy_per_job_j"] == pytest.approx(float(eight.energy_j[0]) / 8)
+    assert out["largest_fused_jobs"] == 64 and out["searched_up_to"] == 64  # all of them fit in 80 GB
+    tight = fused_comparison(single_design(dataclasses.replace(a100, hbm_gib=4.0), system, RESNET18_CIFAR, fused(2)))
+    ok = [int(b) for b in range(1, 65)
+          if int(evaluate(single_design(dataclasses.replace(a100, hbm_gib=4.0), system, RESNET18_CIFAR,
+                                        fused(b))).reason[0]) == Reason.OK]
+    assert tight["largest_fused_jobs"] == max(ok)

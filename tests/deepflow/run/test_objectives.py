@@ -34,6 +34,29 @@ def test_step_time_is_log_and_feasibility_is_the_models(evaluated):
     assert bool((~feasible).any()) and bool(feasible.any())  # the sample has both kinds
 
 
+def test_per_token_objectives_count_every_token_of_the_step(evaluated):
+    space, X, result, designs = evaluated
+    Y, feasible = make_objective("time_per_token")(result, designs)
+    assert torch.allclose(Y[:, 0], -torch.log(result.tokens_per_s))
+    assert torch.equal(feasible, result.feasible)
+    Y, _ = make_objective("energy_per_token")(result, designs)
+    assert torch.allclose(Y[:, 0], torch.log(result.energy_per_token_j))
+    assert make_objective("time_per_token").outcome_names == ["log_time_per_token_s"]
+
+
+def test_fusing_jobs_lowers_the_time_per_token_but_not_the_step_time():
+    """The case the per-token objectives exist for: B fused jobs take a longer step for B times the images."""
+    from deepflow.config import compose_config, space_from_config
+
+    space = space_from_config(compose_config(["experiment=hfta-resnet18-sweep"], config_name="optimize"))
+    u = torch.tensor([[0.0, 0.75], [1.0, 0.75]], dtype=torch.float64)  # fused_jobs 1 and 64, fp16
+    assert space.to_batch(u).fused_jobs.tolist() == [1.0, 64.0]
+    result = space.evaluate(u)
+    step = make_objective("step_time").objectives(result)[:, 0]
+    per_token = make_objective("time_per_token").objectives(result)[:, 0]
+    assert step[1] > step[0] and per_token[1] < per_token[0]
+
+
 def test_memory_constraint_matches_out_of_memory(evaluated):
     space, X, result, designs = evaluated
     objective = make_objective("step_time")
@@ -55,4 +78,5 @@ def test_power_cap_feasibility_and_two_objectives(evaluated):
     assert torch.equal(power <= 0, result.avg_power_w <= cap)
     Y2, _ = make_objective("time_energy")(result, designs)
     assert Y2.shape == (64, 2) and torch.allclose(Y2[:, 1], torch.log(result.energy_j))
-    assert set(OBJECTIVES) == {"step_time", "energy", "time_at_power_cap", "time_energy"}
+    assert set(OBJECTIVES) == {"step_time", "energy", "time_at_power_cap", "time_energy", "time_per_token",
+                               "energy_per_token"}
