@@ -33,6 +33,12 @@ def cmd_validate(overrides: list[str]) -> int:
 
     cfg = compose_config(overrides)
     output = option(cfg, "output", ("table", "json"))
+    from deepflow.ratios import hfta_report, hfta_table, is_hfta
+
+    if is_hfta(str(option(cfg, "data"))):  # published fused-job speedups (HFTA), not iteration times
+        result = hfta_report(str(option(cfg, "data")))
+        print(json.dumps(result) if output == "json" else hfta_table(result))
+        return 0
     fit = option(cfg, "fit", (True, False))
     group_by = group_keys(option(cfg, "group_by"))
     calibration = calibration_from_config(cfg)  # calibration=<file>: its constants (per gpu when it has them)
