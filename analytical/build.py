@@ -8,7 +8,7 @@ from typing import Sequence
 
 import torch
 
-from analytical.codes import (CNN_ARCH_CODES, DTYPE, EP_DISPATCHER_CODES, FFN_CODES, GB, GIB, KIND_CODES, MIB, PRECISION_CODES,
+from analytical.codes import (CNN_ARCH_CODES, DP_MODE_CODES, DTYPE, EP_DISPATCHER_CODES, FFN_CODES, GB, GIB, KIND_CODES, MIB, PRECISION_CODES,
                               RECOMPUTE_CODES, TFLOPS, TOPOLOGY_CODES, US)
 from analytical.design import DesignBatch
 from analytical.power_cap import apply_power_limit
@@ -55,6 +55,9 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "scale_up_latency_s": system.scale_up_latency_us * US,
         "scale_out_latency_s": system.scale_out_latency_us * US,
         "oversubscription": system.oversubscription,
+        "ps_server_bw_bytes_per_s": system.ps_server_gbit * GB / 8.0,
+        "ps_server_sum_bytes_per_s": system.ps_server_sum_gb_per_s * GB,
+        "straggler_cv": system.straggler_cv,
         "kind": KIND_CODES[model.kind],
         "num_layers": model.num_layers,
         "hidden_size": model.hidden_size,
@@ -103,6 +106,9 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "ep_dispatcher": EP_DISPATCHER_CODES[mapping.ep_dispatcher],
         "offload_layers": mapping.offload_layers,
         "fused_jobs": mapping.fused_jobs,
+        "dp_mode": DP_MODE_CODES[mapping.dp_mode],
+        "ps_shards": mapping.ps_shards,
+        "staleness": mapping.staleness,
     }
 
 

@@ -7,7 +7,7 @@ from enum import IntEnum
 
 import torch
 
-from analytical.specs import (CNN_ARCHS, EP_DISPATCHERS, FFN_TYPES, MODEL_KINDS, PEAK_FORMATS, PRECISION_FORMAT, PRECISIONS,
+from analytical.specs import (CNN_ARCHS, DP_MODES, EP_DISPATCHERS, FFN_TYPES, MODEL_KINDS, PEAK_FORMATS, PRECISION_FORMAT, PRECISIONS,
                               RECOMPUTE, TOPOLOGIES)
 
 DTYPE = torch.float64  # every tensor of the model
@@ -21,6 +21,7 @@ RECOMPUTE_CODES = {name: i for i, name in enumerate(RECOMPUTE)}
 TOPOLOGY_CODES = {name: i for i, name in enumerate(TOPOLOGIES)}
 EP_DISPATCHER_CODES = {name: i for i, name in enumerate(EP_DISPATCHERS)}
 CNN_ARCH_CODES = {name: i + 1 for i, name in enumerate(CNN_ARCHS)}  # 0: not a CNN
+DP_MODE_CODES = {name: i for i, name in enumerate(DP_MODES)}
 
 # SI factors of the specs' human units
 TFLOPS = 1e12
@@ -54,6 +55,7 @@ class Reason(IntEnum):
     PACKAGE_AREA_EXCEEDED = 18
     NETWORK_POWER_TOO_LOW = 19
     FUSED_JOBS_INVALID = 20  # checked beside the mapping rules (after MAPPING_UNSUPPORTED_BY_MODEL)
+    PARAMETER_SERVER_INVALID = 21  # likewise
 
 
 REASON_TEXT = {
@@ -69,6 +71,8 @@ REASON_TEXT = {
     Reason.MAPPING_UNSUPPORTED_BY_MODEL: "tp, cp, ep and sequence parallelism apply to Transformers only; "
                                          "a CNN trains data-parallel only (pp 1, no recompute)",
     Reason.FUSED_JOBS_INVALID: "fused_jobs > 1 fuses single-device jobs: it needs tp = pp = cp = ep = dp = 1",
+    Reason.PARAMETER_SERVER_INVALID: "dp_mode ps_sync / ps_async needs ps_shards >= 1 and plain data "
+                                     "parallelism (zero_stage 0, no distributed optimizer)",
     Reason.ZERO_WITH_PIPELINE: "ZeRO stages 2 and 3 cannot be combined with pipeline parallelism (FSDP can)",
     Reason.PRECISION_UNSUPPORTED: "the accelerator has no peak rate for this precision",
     Reason.NO_SCALE_OUT_LINK: "the devices span several scale-up domains but have no scale-out bandwidth",

@@ -62,6 +62,9 @@ class DesignBatch:
     scale_up_latency_s: torch.Tensor
     scale_out_latency_s: torch.Tensor
     oversubscription: torch.Tensor
+    ps_server_bw_bytes_per_s: torch.Tensor
+    ps_server_sum_bytes_per_s: torch.Tensor  # 0: no limit
+    straggler_cv: torch.Tensor
     # model
     kind: torch.Tensor
     num_layers: torch.Tensor
@@ -112,6 +115,9 @@ class DesignBatch:
     ep_dispatcher: torch.Tensor  # EP_DISPATCHER_CODES
     offload_layers: torch.Tensor
     fused_jobs: torch.Tensor
+    dp_mode: torch.Tensor  # DP_MODE_CODES
+    ps_shards: torch.Tensor
+    staleness: torch.Tensor
 
     @property
     def batch_size(self) -> int:

@@ -52,7 +52,7 @@ import torch
 from analytical.build import single_design
 from analytical.codes import DTYPE, RECOMPUTE_CODES
 from analytical.design import DesignBatch
-from analytical.specs import (EP_DISPATCHERS, PRECISIONS, RECOMPUTE, AcceleratorSpec, MappingSpec, ModelSpec, SpecError,
+from analytical.specs import (DP_MODES, EP_DISPATCHERS, PRECISIONS, RECOMPUTE, AcceleratorSpec, MappingSpec, ModelSpec, SpecError,
                               SystemSpec)
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.model import StepResult, evaluate
@@ -283,7 +283,8 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
         overlap_dp_comm=flag("overlap_dp_comm"), overlap_tp_comm=flag("overlap_tp_comm"),
         overlap_pp_comm=flag("overlap_pp_comm"), overlap_ep_comm=flag("overlap_ep_comm"),
         ep_dispatcher=EP_DISPATCHERS[num("ep_dispatcher")], offload_layers=num("offload_layers"),
-        fused_jobs=num("fused_jobs"))
+        fused_jobs=num("fused_jobs"), dp_mode=DP_MODES[num("dp_mode")], ps_shards=num("ps_shards"),
+        staleness=num("staleness"))
     return mapping.validate()
 
 

@@ -36,6 +36,11 @@ TOPOLOGIES = ("fat-tree", "rail-optimized", "torus")
 # once to each other scale-up domain that holds one of its experts and fan it out inside the
 # domain (DeepSeek-V3 technical report, arXiv 2412.19437, section 3.2.2)
 EP_DISPATCHERS = ("alltoall", "deepep", "hybridep")
+# How data-parallel replicas combine their gradients: `allreduce` (NCCL-style collectives);
+# `ps_sync`, workers push gradients to and pull weights from `ps_shards` parameter-server shards and
+# wait for each other (BSP; with `staleness` s > 0 the stale-synchronous SSP of Ho et al. NIPS 2013);
+# `ps_async`, DistBelief's Downpour SGD (Dean et al. NIPS 2012): no worker waits for another
+DP_MODES = ("allreduce", "ps_sync", "ps_async")
 
 
 class SpecError(ValueError):
@@ -145,6 +150,14 @@ class SystemSpec:
     scale_up_latency_us: float = 2.0
     scale_out_latency_us: float = 5.0
     oversubscription: float = 1.0  # fat-tree taper above the leaf switches (1 = full bisection)
+    # parameter servers (mapping.dp_mode ps_*): machines outside the accelerators' nodes (BytePS's CPU
+    # machines, DistBelief's parameter server shards), each with this NIC and summing gradients at
+    # this rate (0: sums as fast as its NIC delivers them)
+    ps_server_gbit: float = 100.0
+    ps_server_sum_gb_per_s: float = 0.0
+    # spread of a worker's step time (standard deviation / mean) from noise the model does not
+    # describe (shared machines, data loading, thermal throttling): what a synchronous step waits for
+    straggler_cv: float = 0.0
 
     def validate(self) -> "SystemSpec":
         spec = f"system[{self.name}]"
@@ -156,6 +169,8 @@ class SystemSpec:
             raise SpecError(spec, "oversubscription", self.oversubscription, ">= 1")
         if self.scale_out_gbit_per_device is not None:
             _check_positive(spec, self, ("scale_out_gbit_per_device",))
+        _check_positive(spec, self, ("ps_server_gbit",))
+        _check_positive(spec, self, ("ps_server_sum_gb_per_s", "straggler_cv"), allow_zero=True)
         if self.scale_up_domain < self.devices_per_node and self.topology != "torus":
             raise SpecError(spec, "scale_up_domain", self.scale_up_domain,
                             f">= devices_per_node ({self.devices_per_node})")
@@ -315,6 +330,9 @@ class MappingSpec:
     # independent single-device jobs of the same model fused into one (HFTA, Wang et al. MLSys 2021):
     # each operator of the B jobs runs as one batched kernel; 1 = one job
     fused_jobs: int = 1
+    dp_mode: str = "allreduce"  # one of DP_MODES
+    ps_shards: int = 0  # parameter-server shards (one per server machine) for dp_mode ps_*
+    staleness: int = 0  # ps_sync: steps a worker may run ahead of the slowest (0 = BSP)
 
     def validate(self) -> "MappingSpec":
         spec = f"mapping[{self.name}]"
@@ -329,6 +347,11 @@ class MappingSpec:
         _check_choice(spec, self, "recompute", RECOMPUTE)
         _check_choice(spec, self, "precision", PRECISIONS)
         _check_choice(spec, self, "ep_dispatcher", EP_DISPATCHERS)
+        _check_choice(spec, self, "dp_mode", DP_MODES)
+        _check_int(spec, self, ("ps_shards", "staleness"), minimum=0)
+        if self.staleness and self.dp_mode != "ps_sync":
+            raise SpecError(spec, "staleness", self.staleness,
+                            "0 unless dp_mode is ps_sync (ps_async has no bound, allreduce no slack)")
         _check_bool(spec, self, ("sequence_parallel", "fsdp", "distributed_optimizer", "flash_attention",
                                  "overlap_dp_comm", "overlap_tp_comm", "overlap_pp_comm", "overlap_ep_comm"))
         if self.overlap_ep_comm and self.recompute == "full":

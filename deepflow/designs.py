@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from analytical.codes import (
     CNN_ARCH_CODES,
+    DP_MODE_CODES,
     EP_DISPATCHER_CODES,
     FFN_CODES,
     GB,
@@ -60,6 +61,9 @@ SPEC_FIELDS: dict[str, tuple[str, str, float, Optional[dict]]] = {
     "scale_up_latency_s": ("system", "scale_up_latency_us", 1 / US, None),
     "scale_out_latency_s": ("system", "scale_out_latency_us", 1 / US, None),
     "oversubscription": ("system", "oversubscription", 1.0, None),
+    "ps_server_bw_bytes_per_s": ("system", "ps_server_gbit", 8.0 / GB, None),
+    "ps_server_sum_bytes_per_s": ("system", "ps_server_sum_gb_per_s", 1 / GB, None),
+    "straggler_cv": ("system", "straggler_cv", 1.0, None),
     "kind": ("model", "kind", 1.0, KIND_CODES),
     "num_layers": ("model", "num_layers", 1.0, None),
     "hidden_size": ("model", "hidden_size", 1.0, None),
@@ -86,7 +90,8 @@ SPEC_FIELDS: dict[str, tuple[str, str, float, Optional[dict]]] = {
     **{name: ("mapping", name, 1.0, None) for name in
        ("tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "micro_batch_size", "global_batch_size",
         "zero_stage", "fsdp", "distributed_optimizer", "flash_attention", "overlap_dp_comm", "overlap_tp_comm",
-        "overlap_pp_comm", "overlap_ep_comm", "offload_layers", "fused_jobs")},
+        "overlap_pp_comm", "overlap_ep_comm", "offload_layers", "fused_jobs", "ps_shards", "staleness")},
+    "dp_mode": ("mapping", "dp_mode", 1.0, DP_MODE_CODES),
     "recompute": ("mapping", "recompute", 1.0, RECOMPUTE_CODES),
     "precision": ("mapping", "precision", 1.0, PRECISION_CODES),
     "ep_dispatcher": ("mapping", "ep_dispatcher", 1.0, EP_DISPATCHER_CODES),

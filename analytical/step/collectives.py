@@ -12,6 +12,12 @@ latency `alpha` per step; Thakur et al. 2005, Patarasuk & Yuan 2009, NCCL's docu
 - point-to-point:        bytes/bw + alpha
 - hierarchical all-reduce over `n_local` ranks per fast domain and `n_domains` domains:
   reduce-scatter inside, all-reduce of bytes/n_local across, all-gather inside.
+- parameter server with k server machines outside the domains (BytePS, Jiang et al. OSDI 2020,
+  sec. 4.1): reduce-scatter inside, every rank pushes its bytes/n_local shard and pulls it back
+  (full duplex: one direction's time), the servers take n_domains * bytes in over k NICs and sum it,
+  all-gather inside: max(bytes/(n_local bw), n_domains bytes/(k server_bw), n_domains bytes/(k sum))
+  across. With k = n_domains servers this is bytes/(n_local bw) against all-reduce's
+  2 (n_domains - 1)/n_domains of it: BytePS's "up to 2x" (its docs/rationale.md).
 
 All arguments broadcast; every function returns 0 for groups of one rank.
 """
@@ -136,3 +142,18 @@ def p2p_link(size, stride, domain, up_bw, up_alpha, out_bw, out_alpha):
     chain leaves one scale-up domain. Returns `(bw, alpha)`."""
     crosses = size * stride > domain
     return torch.where(crosses, out_bw, up_bw), torch.where(crosses, out_alpha, up_alpha)
+
+
+def group_parameter_server_time_s(bytes_, size, stride, domain, up_bw, up_alpha, out_bw, out_alpha, servers,
+                                  server_bw, server_sum_bytes_per_s):
+    """Push and pull of a placed data-parallel group through `servers` parameter-server machines
+    (module docstring); `server_sum_bytes_per_s` 0 = summing keeps up with the NICs. A group inside one
+    domain still goes through the servers (its gradients leave the domain). 0 servers: infinite (the
+    mapping rule PARAMETER_SERVER_INVALID reports it)."""
+    n_local, n_domains = placement(size, stride, domain)
+    inside = 2.0 * all_gather_time_s(bytes_, n_local, up_bw, up_alpha)
+    k = torch.clamp_min(servers, 1e-9)
+    arriving = n_domains * bytes_ / k  # bytes each server receives (and sends back)
+    summing = torch.where(server_sum_bytes_per_s > 0, arriving / torch.clamp_min(server_sum_bytes_per_s, 1e-9), 0.0)
+    across = torch.maximum(torch.maximum(bytes_ / n_local / out_bw, arriving / server_bw), summing) + 2.0 * out_alpha
+    return _only_groups(size, inside + across)

@@ -43,6 +43,9 @@ def mapping_reasons(d: DesignBatch, peak_flops_per_s: torch.Tensor) -> torch.Ten
         # HFTA fuses jobs that each run on one device (Wang et al. MLSys 2021, sec. 3)
         (Reason.FUSED_JOBS_INVALID,
          (d.fused_jobs == 1) | ((d.tp == 1) & (d.pp == 1) & (d.cp == 1) & (d.ep == 1) & (d.dp == 1))),
+        # parameter servers hold whole (unsharded) optimizer steps: plain data parallelism
+        (Reason.PARAMETER_SERVER_INVALID,
+         (d.dp_mode == 0) | ((d.ps_shards >= 1) & (d.zero_stage == 0) & (d.distributed_optimizer == 0))),
         (Reason.ZERO_WITH_PIPELINE, (d.zero_stage < 2) | (d.pp == 1) | (d.fsdp > 0)),
         (Reason.PRECISION_UNSUPPORTED, peak_flops_per_s > 0),
         (Reason.NO_SCALE_OUT_LINK, (d.num_devices <= d.scale_up_domain) | (d.scale_out_bw_bytes_per_s > 0)),

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from analytical.codes import RECOMPUTE_CODES, Reason
+from analytical.codes import DP_MODE_CODES, RECOMPUTE_CODES, Reason
 from analytical.design import DesignBatch
 from analytical.step import collectives as coll
 from analytical.step import energy
@@ -326,7 +326,8 @@ def _pipeline_p2p_s(d: DesignBatch, links, elem, micro_batches) -> torch.Tensor:
 def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches, eff: Efficiency) -> torch.Tensor:
     """Data-parallel / ZeRO communication per step, before overlap.
 
-    ZeRO-0: all-reduce of the gradients. ZeRO-1 or distributed optimizer: reduce-scatter of the
+    ZeRO-0: all-reduce of the gradients, or their push to and pull from parameter servers
+    (`dp_mode` ps_*, `collectives.group_parameter_server_time_s`). ZeRO-1 or distributed optimizer: reduce-scatter of the
     gradients and all-gather of the updated weights. ZeRO-2: a reduce-scatter per micro-batch.
     ZeRO-3: per micro-batch, weights gathered for forward and backward and gradients scattered, at
     `zero3_comm_fraction` of the collective bound for DeepSpeed's per-module collectives, at the
@@ -338,6 +339,11 @@ def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches, ef
     # sharded over dp x cp (Megatron-Core's data-parallel-with-context group; torchtitan's dp_shard_cp)
     group, stride = d.dp * d.cp, d.tp
     ar = _on_group(coll.group_all_reduce_time_s, d, links, grad_bytes, group, stride)
+    if bool((d.dp_mode > 0).any()):  # parameter servers instead (skipped where no design uses them)
+        ps = coll.group_parameter_server_time_s(grad_bytes, group, stride, d.scale_up_domain, *links, d.ps_shards,
+                                                d.ps_server_bw_bytes_per_s * eff.scale_out_bw_fraction,
+                                                d.ps_server_sum_bytes_per_s)
+        ar = torch.where(d.dp_mode > 0, ps, ar)
     rs = _on_group(coll.group_all_gather_time_s, d, links, grad_bytes, group, stride)
     ag = _on_group(coll.group_all_gather_time_s, d, links, weight_bytes, group, stride)
     z = d.zero_stage
@@ -345,6 +351,17 @@ def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches, ef
     zero3_slowdown = torch.where(d.fsdp > 0, 1.0, 1.0 / eff.zero3_comm_fraction)
     return torch.where(z >= 3, micro_batches * (2.0 * ag + rs) * zero3_slowdown,
                        torch.where(z >= 2, micro_batches * rs + ag, sharded * (rs + ag) + (1.0 - sharded) * ar))
+
+
+def straggler_wait_s(d: DesignBatch, step_s: torch.Tensor) -> torch.Tensor:
+    """Expected wait of a synchronous step for the slowest of its n = num_devices workers, whose step
+    times spread with coefficient of variation `straggler_cv`: E[max of n] - mean ~ sigma sqrt(2 ln n)
+    (the Gaussian extreme-value bound). Under SSP with staleness s a worker waits only for a lag of
+    more than s steps, which averages s + 1 steps: sigma / sqrt(s + 1). ps_async (Downpour) never
+    waits. How staleness slows convergence per step is outside a step-time model."""
+    sync = (d.dp_mode != DP_MODE_CODES["ps_async"]).to(step_s.dtype)
+    spread = torch.sqrt(2.0 * torch.log(torch.clamp_min(d.num_devices, 1.0)) / (1.0 + d.staleness))
+    return sync * step_s * d.straggler_cv * spread
 
 
 def _optimizer_sharded(d: DesignBatch) -> torch.Tensor:
@@ -422,6 +439,10 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
                      optimizer=_optimizer_time_s(d, params, eff))
     breakdown = {k: breakdown[k] for k in TIME_PARTS}
     step_time = _total(breakdown.values())
+    if bool((d.straggler_cv > 0).any()):  # the synchronous step waits for its slowest worker
+        wait = straggler_wait_s(d, step_time)
+        breakdown["dp_comm"] = breakdown["dp_comm"] + wait
+        step_time = step_time + wait
 
     memory = memory_breakdown(d, params)
     memory_total = _total(memory.values())

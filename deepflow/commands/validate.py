@@ -33,11 +33,12 @@ def cmd_validate(overrides: list[str]) -> int:
 
     cfg = compose_config(overrides)
     output = option(cfg, "output", ("table", "json"))
-    from deepflow.ratios import hfta_report, hfta_table, is_hfta
+    from deepflow.ratios import is_hfta, is_ps, ratio_report
 
-    if is_hfta(str(option(cfg, "data"))):  # published fused-job speedups (HFTA), not iteration times
-        result = hfta_report(str(option(cfg, "data")))
-        print(json.dumps(result) if output == "json" else hfta_table(result))
+    data = str(option(cfg, "data"))
+    if is_hfta(data) or is_ps(data):  # published ratios (fused-job speedups, PS / all-reduce), not times
+        result, text = ratio_report(data)
+        print(json.dumps(result) if output == "json" else text)
         return 0
     fit = option(cfg, "fit", (True, False))
     group_by = group_keys(option(cfg, "group_by"))

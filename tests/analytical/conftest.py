@@ -332,6 +332,16 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
         num_classes=torch.where(cnn, choice([10, 16, 1000]), 1000.0 * one_),
         fused_jobs=torch.where(ints(0, 2) == 0, choice([2, 4, 8]), one_),
     )
+    # parameter-server data parallelism with stragglers and staleness (added last)
+    dp_mode = choice([0, 0, 1, 2])
+    fields.update(
+        dp_mode=dp_mode,
+        ps_shards=ints(0, 16),
+        staleness=torch.where(dp_mode == 1, ints(0, 4), zero),
+        ps_server_bw_bytes_per_s=uniform(1.0, 50.0) * 1e9,
+        ps_server_sum_bytes_per_s=ints(0, 1) * uniform(5.0, 100.0) * 1e9,
+        straggler_cv=ints(0, 1) * uniform(0.0, 0.3),
+    )
     fields["num_layers"] = torch.where(cnn, one_, fields["num_layers"])
     fields["seq_length"] = torch.where(cnn, one_, fields["seq_length"])
     return DesignBatch(**fields)

@@ -43,3 +43,22 @@ def test_a_row_no_preset_accepts_is_named(tmp_path):
     bad.write_text(text)
     with pytest.raises(ConfigError, match="hfta-pointnet-cls-v100-fp32"):
         read_hfta(str(bad))
+
+
+PS_CSV = "experiments/validation/ps_vs_allreduce.csv"
+
+
+def test_a_ps_ratio_is_all_reduce_time_over_parameter_server_time():
+    from deepflow.ratios import _ps_specs, ps_report, read_ps
+
+    frame = read_ps(PS_CSV)
+    row = frame.iloc[-1]
+    ar, ps = (float(evaluate(single_design(*_ps_specs(row, mode))).step_time_s[0]) for mode in ("allreduce", "ps_sync"))
+    result = ps_report(PS_CSV)
+    assert result["rows"][-1]["predicted_ratio"] == pytest.approx(ar / ps)
+    assert result["rows"][-1]["winner_right"] == ((ar / ps > 1.0) == (float(row["published_ratio"]) > 1.0))
+    assert result["summary"]["winner_right"] == sum(r["winner_right"] for r in result["rows"])
+    out = subprocess.run([sys.executable, "-m", "deepflow.cli", "validate", f"data={PS_CSV}", "output=json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1])["summary"]["n"] == len(frame)

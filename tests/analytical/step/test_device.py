@@ -50,12 +50,12 @@ def test_a_constant_made_on_the_cpu_would_be_caught():
 
 
 def test_float32_matches_float64_to_a_few_parts_in_a_million():
-    designs = random_design_batch(20_000, seed=5)
+    designs = random_design_batch(40_000, seed=5)
     reference, single = evaluate(designs), evaluate(designs.to(dtype=torch.float32))
     assert single.step_time_s.dtype == torch.float32
     assert torch.equal(reference.reason, single.reason)
     ok = reference.feasible
-    assert ok.sum() > 20
+    assert ok.sum() > 20  # (a few dozen of the random designs are feasible)
     for name in ("step_time_s", "energy_j", "memory_per_device_bytes", "mfu"):
         ref, got = getattr(reference, name)[ok], getattr(single, name)[ok].double()
         assert torch.isfinite(got).all()

@@ -182,6 +182,8 @@ def test_every_reason_is_reachable_and_described(a100, make_system, small_gpt, r
                                MappingSpec(global_batch_size=8)),
         Reason.POWER_OVER_BUDGET: (replace(a100, tdp_w=20.0), system16, small_gpt, MappingSpec(**BASE_MAPPING)),
         Reason.FUSED_JOBS_INVALID: (a100, make_system(2), small_gpt, MappingSpec(global_batch_size=64, fused_jobs=2)),
+        Reason.PARAMETER_SERVER_INVALID: (a100, make_system(2), small_gpt,
+                                          MappingSpec(global_batch_size=64, dp_mode="ps_sync", ps_shards=0)),
     }
     # chip-derivation reasons (14-19) come from analytical.chip.derive: tests/analytical/chip/test_derive.py
     chip = range(Reason.NO_COMPUTE_UNIT, Reason.NETWORK_POWER_TOO_LOW + 1)
