@@ -10,6 +10,8 @@ import torch
 
 from analytical.codes import KIND_CODES, Reason
 from analytical.design import DesignBatch, per_precision
+from analytical.step.cnn import any_cnn
+from analytical.step.workload import any_fused, any_parameter_server
 
 
 def _divides(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -38,18 +40,24 @@ def mapping_reasons(d: DesignBatch, peak_flops_per_s: torch.Tensor) -> torch.Ten
         (Reason.EP_INVALID, _divides(d.ep, d.num_experts) & _divides(d.ep, d.dp * d.cp * d.tp)),
         (Reason.VP_INVALID, (d.vp == 1) | ((d.pp > 1) & (torch.remainder(micro_batches, d.pp) == 0))),
         (Reason.MAPPING_UNSUPPORTED_BY_MODEL,
-         (transformer | ((d.tp == 1) & (d.cp == 1) & (d.ep == 1) & (d.sequence_parallel == 0)))
-         & ((d.kind != KIND_CODES["cnn"]) | ((d.pp == 1) & (d.recompute == 0)))),
-        # HFTA fuses jobs that each run on one device (Wang et al. MLSys 2021, sec. 3)
-        (Reason.FUSED_JOBS_INVALID,
-         (d.fused_jobs == 1) | ((d.tp == 1) & (d.pp == 1) & (d.cp == 1) & (d.ep == 1) & (d.dp == 1))),
-        # parameter servers hold whole (unsharded) optimizer steps: plain data parallelism
-        (Reason.PARAMETER_SERVER_INVALID,
-         (d.dp_mode == 0) | ((d.ps_shards >= 1) & (d.zero_stage == 0) & (d.distributed_optimizer == 0))),
+         transformer | ((d.tp == 1) & (d.cp == 1) & (d.ep == 1) & (d.sequence_parallel == 0))),
+
         (Reason.ZERO_WITH_PIPELINE, (d.zero_stage < 2) | (d.pp == 1) | (d.fsdp > 0)),
         (Reason.PRECISION_UNSUPPORTED, peak_flops_per_s > 0),
         (Reason.NO_SCALE_OUT_LINK, (d.num_devices <= d.scale_up_domain) | (d.scale_out_bw_bytes_per_s > 0)),
     ]
+    # rules of options most designs leave off, checked only where a design of the batch uses them
+    # (after MAPPING_UNSUPPORTED_BY_MODEL: fused jobs first, then parameter servers)
+    after = [code for code, _ in checks].index(Reason.MAPPING_UNSUPPORTED_BY_MODEL) + 1
+    if any_cnn(d):  # a CNN trains data-parallel only (one layer table: no stages, nothing to recompute)
+        code, holds = checks[after - 1]
+        checks[after - 1] = (code, holds & ((d.kind != KIND_CODES["cnn"]) | ((d.pp == 1) & (d.recompute == 0))))
+    if any_parameter_server(d):  # parameter servers take whole (unsharded) gradients: plain data parallelism
+        checks.insert(after, (Reason.PARAMETER_SERVER_INVALID, (d.dp_mode == 0) | (
+            (d.ps_shards >= 1) & (d.zero_stage == 0) & (d.distributed_optimizer == 0))))
+    if any_fused(d):  # HFTA fuses jobs that each run on one device (Wang et al. MLSys 2021, sec. 3)
+        checks.insert(after, (Reason.FUSED_JOBS_INVALID,
+                              (d.fused_jobs == 1) | ((d.tp == 1) & (d.pp == 1) & (d.cp == 1) & (d.ep == 1) & (d.dp == 1))))
     reason = torch.zeros(d.batch_size, dtype=torch.int64, device=d.tp.device)
     for code, holds in reversed(checks):  # earlier rules overwrite later ones
         reason = torch.where(holds, reason, torch.full_like(reason, int(code)))

@@ -32,10 +32,9 @@ def gemm_waves(m: torch.Tensor, n: torch.Tensor, count: torch.Tensor, tile_m: to
 SPLIT_K_MIN_ELEMENTS = 256.0
 
 
-def split_k(m: torch.Tensor, n: torch.Tensor, k: torch.Tensor, count: torch.Tensor, tile_m: torch.Tensor,
-            tile_n: torch.Tensor, compute_units: torch.Tensor) -> torch.Tensor:
-    """Parts the reduction is split into: floor(units / output tiles), at most k / 256, at least 1."""
-    tiles = count * ceil_div(m, tile_m) * ceil_div(n, tile_n)
+def split_k(k: torch.Tensor, tiles: torch.Tensor, compute_units: torch.Tensor) -> torch.Tensor:
+    """Parts the reduction is split into for a product of `tiles` output tiles: floor(units / tiles),
+    at most k / 256, at least 1."""
     parts = torch.minimum(torch.floor(compute_units / tiles), torch.floor(k / SPLIT_K_MIN_ELEMENTS))
     return torch.clamp_min(parts, 1.0)
 
@@ -54,12 +53,22 @@ def gemm_compute_time_s(m, n, k, count, peak_flops_per_s, compute_units, tile_m,
     fixed time `gemm_tile_overhead_s` (filling the operand pipeline from memory and writing the
     tile out: latency, not tensor-core work, so it weighs more on a chip with faster tensor cores).
     """
+    return _gemm_compute_time_s(k, count * ceil_div(m, tile_m) * ceil_div(n, tile_n), peak_flops_per_s,
+                                compute_units, tile_m, tile_n, eff, peak_fraction)[0]
+
+
+def _gemm_compute_time_s(k, tiles, peak_flops_per_s, compute_units, tile_m, tile_n, eff: Efficiency,
+                         peak_fraction=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(time, split-K parts)` of a product of `tiles` output tiles reducing over k."""
     fraction = eff.gemm_peak_fraction if peak_fraction is None else peak_fraction
-    parts = split_k(m, n, k, count, tile_m, tile_n, compute_units)
-    waves = gemm_waves(m, n, count * parts, tile_m, tile_n, compute_units)
     per_unit_flops_per_s = peak_flops_per_s * fraction / compute_units
+    if not bool((tiles < compute_units).any()):  # every product fills a wave: no split (the common case)
+        waves = ceil_div(tiles, compute_units)
+        return waves * (2.0 * tile_m * tile_n * k / per_unit_flops_per_s + eff.gemm_tile_overhead_s), None
+    parts = split_k(k, tiles, compute_units)
+    waves = ceil_div(tiles * parts, compute_units)
     tile_flops = 2.0 * tile_m * tile_n * k / parts
-    return waves * (tile_flops / per_unit_flops_per_s + eff.gemm_tile_overhead_s)
+    return waves * (tile_flops / per_unit_flops_per_s + eff.gemm_tile_overhead_s), parts
 
 
 def gemm_hbm_bytes(m, n, k, count, bytes_per_element) -> torch.Tensor:
@@ -76,11 +85,12 @@ def gemm_time_s(m, n, k, count, peak_flops_per_s, compute_units, tile_m, tile_n,
                 sram_bw_bytes_per_s, launch_s, bytes_per_element, eff: Efficiency,
                 peak_fraction=None) -> torch.Tensor:
     """Roofline over compute, HBM and SRAM, plus one kernel launch. Zero-size GEMMs cost 0."""
-    compute = gemm_compute_time_s(m, n, k, count, peak_flops_per_s, compute_units, tile_m, tile_n, eff,
-                                  peak_fraction)
-    # split-K's fp32 partial sums: written once by each part, read once by the reduction
-    partials = 8.0 * count * m * n * (split_k(m, n, k, count, tile_m, tile_n, compute_units) - 1.0)
-    hbm = (gemm_hbm_bytes(m, n, k, count, bytes_per_element) + partials) / (hbm_bw_bytes_per_s * eff.hbm_bw_fraction)
+    tiles = count * ceil_div(m, tile_m) * ceil_div(n, tile_n)
+    compute, parts = _gemm_compute_time_s(k, tiles, peak_flops_per_s, compute_units, tile_m, tile_n, eff, peak_fraction)
+    hbm_bytes = gemm_hbm_bytes(m, n, k, count, bytes_per_element)
+    if parts is not None:  # split-K's fp32 partial sums: written once by each part, read once by the reduction
+        hbm_bytes = hbm_bytes + 8.0 * count * m * n * (parts - 1.0)
+    hbm = hbm_bytes / (hbm_bw_bytes_per_s * eff.hbm_bw_fraction)
     sram = gemm_sram_bytes(m, n, k, count, tile_m, tile_n, bytes_per_element) / sram_bw_bytes_per_s
     time = torch.maximum(torch.maximum(compute, hbm), sram) + launch_s
     return torch.where(m * n * k * count > 0, time, 0.0)

@@ -34,6 +34,7 @@ from analytical.step.memory import grad_bytes_per_param, memory_breakdown, param
 from analytical.step.workload import (
     GEMM_SLOTS,
     any_fused,
+    any_parameter_server,
     slot_sum,
     activation_bytes_per_element,
     attention_core_flops,
@@ -339,7 +340,7 @@ def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches, ef
     # sharded over dp x cp (Megatron-Core's data-parallel-with-context group; torchtitan's dp_shard_cp)
     group, stride = d.dp * d.cp, d.tp
     ar = _on_group(coll.group_all_reduce_time_s, d, links, grad_bytes, group, stride)
-    if bool((d.dp_mode > 0).any()):  # parameter servers instead (skipped where no design uses them)
+    if any_parameter_server(d):  # parameter servers instead (skipped where no design uses them)
         ps = coll.group_parameter_server_time_s(grad_bytes, group, stride, d.scale_up_domain, *links, d.ps_shards,
                                                 d.ps_server_bw_bytes_per_s * eff.scale_out_bw_fraction,
                                                 d.ps_server_sum_bytes_per_s)

@@ -33,8 +33,9 @@ def slot_sum(x: torch.Tensor) -> torch.Tensor:
     """`(batch,)` sum over the GEMM slots of `(batch, slots)`: the fixed `GEMM_SLOTS`, plus a CNN's
     layer slots when the chunk holds one, summed apart (a design's sum is then the same whichever
     designs share its chunk: the CNN slots add exactly 0.0 to the others)."""
-    base = x[..., :len(GEMM_SLOTS)].sum(-1)
-    return base if x.shape[-1] == len(GEMM_SLOTS) else base + x[..., len(GEMM_SLOTS):].sum(-1)
+    if x.shape[-1] == len(GEMM_SLOTS):
+        return x.sum(-1)
+    return x[..., :len(GEMM_SLOTS)].sum(-1) + x[..., len(GEMM_SLOTS):].sum(-1)
 @per_evaluation
 def is_kind(d: DesignBatch, kind: str) -> torch.Tensor:
     return (d.kind == KIND_CODES[kind]).to(d.tp.dtype)
@@ -189,6 +190,11 @@ def layer_gemms(d: DesignBatch) -> Gemms:
 @per_evaluation
 def any_fused(d: DesignBatch) -> bool:
     return bool((d.fused_jobs > 1).any())
+
+
+@per_evaluation
+def any_parameter_server(d: DesignBatch) -> bool:
+    return bool((d.dp_mode > 0).any())
 
 
 def _fused(d: DesignBatch, gemms: Gemms) -> Gemms:
