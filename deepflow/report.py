@@ -34,6 +34,8 @@ def design_line(accelerator, system, model, mapping) -> str:
             + (" overlap_ep=1" if mapping.overlap_ep_comm else "")
             + (f" offload_layers={mapping.offload_layers}" if mapping.offload_layers else "")
             + (f" fused_jobs={mapping.fused_jobs}" if mapping.fused_jobs > 1 else "")
+            + (f" dp_mode={mapping.dp_mode} ps_shards={mapping.ps_shards}" if mapping.dp_mode != "allreduce" else "")
+            + (f" staleness={mapping.staleness}" if mapping.staleness else "")
             + (f" power_limit={accelerator.power_limit_w:g}W" if accelerator.power_limit_w else ""))
 
 
