@@ -8,8 +8,8 @@ from typing import Sequence
 
 import torch
 
-from analytical.codes import (CNN_ARCH_CODES, DP_MODE_CODES, DTYPE, EP_DISPATCHER_CODES, FFN_CODES, GB, GIB, KIND_CODES, MIB, PRECISION_CODES,
-                              RECOMPUTE_CODES, TFLOPS, TOPOLOGY_CODES, US)
+from analytical.codes import (CNN_ARCH_CODES, DP_MODE_CODES, DTYPE, EP_DISPATCHER_CODES, FFN_CODES, GB, GIB,
+                              KIND_CODES, MIB, PRECISION_CODES, RECOMPUTE_CODES, TFLOPS, TOPOLOGY_CODES, US)
 from analytical.design import DesignBatch
 from analytical.power_cap import apply_power_limit
 from analytical.specs import AcceleratorSpec, MappingSpec, ModelSpec, SystemSpec

@@ -7,8 +7,8 @@ from enum import IntEnum
 
 import torch
 
-from analytical.specs import (CNN_ARCHS, DP_MODES, EP_DISPATCHERS, FFN_TYPES, MODEL_KINDS, PEAK_FORMATS, PRECISION_FORMAT, PRECISIONS,
-                              RECOMPUTE, TOPOLOGIES)
+from analytical.specs import (CNN_ARCHS, DP_MODES, EP_DISPATCHERS, FFN_TYPES, MODEL_KINDS, PEAK_FORMATS,
+                              PRECISION_FORMAT, PRECISIONS, RECOMPUTE, TOPOLOGIES)
 
 DTYPE = torch.float64  # every tensor of the model
 # integer codes of the categorical parameters (a DesignBatch stores them as float64)

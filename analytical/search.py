@@ -52,8 +52,8 @@ import torch
 from analytical.build import single_design
 from analytical.codes import DTYPE, RECOMPUTE_CODES
 from analytical.design import DesignBatch
-from analytical.specs import (DP_MODES, EP_DISPATCHERS, PRECISIONS, RECOMPUTE, AcceleratorSpec, MappingSpec, ModelSpec, SpecError,
-                              SystemSpec)
+from analytical.specs import (DP_MODES, EP_DISPATCHERS, PRECISIONS, RECOMPUTE, AcceleratorSpec, MappingSpec,
+                              ModelSpec, SpecError, SystemSpec)
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.model import StepResult, evaluate
 

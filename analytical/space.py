@@ -40,8 +40,8 @@ import torch
 
 from analytical.chip.derive import DerivedChips, derive
 from analytical.chip.spec import CHIP_CATEGORY_CODES, CHIP_FIELDS, IMPLIED_FRACTIONS, ChipBatch, ChipSpec, stack_chips
-from analytical.codes import (CNN_ARCH_CODES, DP_MODE_CODES, DTYPE, EP_DISPATCHER_CODES, FFN_CODES, KIND_CODES, PRECISION_CODES, RECOMPUTE_CODES,
-                              TOPOLOGY_CODES)
+from analytical.codes import (CNN_ARCH_CODES, DP_MODE_CODES, DTYPE, EP_DISPATCHER_CODES, FFN_CODES, KIND_CODES,
+                              PRECISION_CODES, RECOMPUTE_CODES, TOPOLOGY_CODES)
 from analytical.design import DesignBatch
 from analytical.specs import SpecError
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency

@@ -163,7 +163,8 @@ def _ps_specs(row: pd.Series, mode: str) -> tuple:
                         scale_out_gbit_per_device=float(row["network_gbit_per_node"]) / per_node,
                         ps_server_gbit=float(row["ps_server_gbit"])).validate()
     batch = int(row["micro_batch_size"])
-    overlap = bool(int(row["overlap_dp_comm"])) if "overlap_dp_comm" in row and pd.notna(row["overlap_dp_comm"]) else True
+    given = "overlap_dp_comm" in row and pd.notna(row["overlap_dp_comm"])
+    overlap = bool(int(row["overlap_dp_comm"])) if given else True
     mapping = MappingSpec(name=mode, micro_batch_size=batch, global_batch_size=batch * int(row["num_devices"]),
                           precision=str(row["precision"]), flash_attention=False, overlap_dp_comm=overlap,
                           dp_mode=mode, ps_shards=int(row["ps_shards"]) if mode != "allreduce" else 0).validate()

@@ -157,3 +157,13 @@ def group_parameter_server_time_s(bytes_, size, stride, domain, up_bw, up_alpha,
     summing = torch.where(server_sum_bytes_per_s > 0, arriving / torch.clamp_min(server_sum_bytes_per_s, 1e-9), 0.0)
     across = torch.maximum(torch.maximum(bytes_ / n_local / out_bw, arriving / server_bw), summing) + 2.0 * out_alpha
     return _only_groups(size, inside + across)
+
+
+def straggler_wait_s(workers, cv, staleness, synchronous, step_s):
+    """Expected wait of a synchronous step for the slowest of its `workers`, whose step times spread
+    with coefficient of variation `cv`: E[max of n] - mean ~ sigma sqrt(2 ln n) (the Gaussian
+    extreme-value bound). Under SSP with `staleness` s a worker waits only for a lag of more than s
+    steps, which averages s + 1 steps: sigma / sqrt(s + 1). `synchronous` 0 (Downpour's ps_async)
+    never waits. How staleness slows convergence per step is outside a step-time model."""
+    spread = torch.sqrt(2.0 * torch.log(torch.clamp_min(workers, 1.0)) / (1.0 + staleness))
+    return synchronous * step_s * cv * spread

@@ -56,8 +56,8 @@ def mapping_reasons(d: DesignBatch, peak_flops_per_s: torch.Tensor) -> torch.Ten
         checks.insert(after, (Reason.PARAMETER_SERVER_INVALID, (d.dp_mode == 0) | (
             (d.ps_shards >= 1) & (d.zero_stage == 0) & (d.distributed_optimizer == 0))))
     if any_fused(d):  # HFTA fuses jobs that each run on one device (Wang et al. MLSys 2021, sec. 3)
-        checks.insert(after, (Reason.FUSED_JOBS_INVALID,
-                              (d.fused_jobs == 1) | ((d.tp == 1) & (d.pp == 1) & (d.cp == 1) & (d.ep == 1) & (d.dp == 1))))
+        single_device = (d.tp == 1) & (d.pp == 1) & (d.cp == 1) & (d.ep == 1) & (d.dp == 1)
+        checks.insert(after, (Reason.FUSED_JOBS_INVALID, (d.fused_jobs == 1) | single_device))
     reason = torch.zeros(d.batch_size, dtype=torch.int64, device=d.tp.device)
     for code, holds in reversed(checks):  # earlier rules overwrite later ones
         reason = torch.where(holds, reason, torch.full_like(reason, int(code)))

@@ -33,8 +33,8 @@ from analytical.step.memo import memoizing
 from analytical.step.memory import grad_bytes_per_param, memory_breakdown, params_per_device
 from analytical.step.workload import (
     GEMM_SLOTS,
-    any_fused,
     any_parameter_server,
+    fuse_jobs,
     slot_sum,
     activation_bytes_per_element,
     attention_core_flops,
@@ -77,11 +77,15 @@ class StepResult:
     memory_breakdown_bytes: dict[str, torch.Tensor] = field(default_factory=dict)
     energy_breakdown_j: dict[str, torch.Tensor] = field(default_factory=dict)
 
+    def _map(self, fn) -> "StepResult":
+        """`fn` applied to every tensor, breakdown dictionaries included."""
+        return StepResult(**{f.name: ({k: fn(v) for k, v in getattr(self, f.name).items()}
+                                      if isinstance(getattr(self, f.name), dict) else fn(getattr(self, f.name)))
+                             for f in fields(self)})
+
     def index(self, idx: torch.Tensor | slice) -> "StepResult":
         """The rows `idx` of every tensor, breakdown dictionaries included."""
-        return StepResult(**{f.name: ({k: v[idx] for k, v in getattr(self, f.name).items()}
-                                      if isinstance(getattr(self, f.name), dict) else getattr(self, f.name)[idx])
-                             for f in fields(self)})
+        return self._map(lambda v: v[idx])
 
     @staticmethod
     def cat(parts: list["StepResult"]) -> "StepResult":
@@ -94,17 +98,10 @@ class StepResult:
         return StepResult(**tensors, **dicts)
 
     def to(self, device: torch.device | str, dtype: torch.dtype | None = None) -> "StepResult":
-        """Every tensor on `device`, the floating ones in `dtype` when given (itself when nothing
-        changes)."""
+        """Every tensor on `device`, the floating ones in `dtype` when given (itself when nothing changes)."""
         if self.step_time_s.device == torch.device(device) and dtype in (None, self.step_time_s.dtype):
             return self
-
-        def move(v: torch.Tensor) -> torch.Tensor:
-            return v.to(device=device, dtype=dtype if v.is_floating_point() else None)
-
-        return StepResult(**{f.name: ({k: move(v) for k, v in getattr(self, f.name).items()}
-                                      if isinstance(getattr(self, f.name), dict) else move(getattr(self, f.name)))
-                             for f in fields(self)})
+        return self._map(lambda v: v.to(device=device, dtype=dtype if v.is_floating_point() else None))
 
     def row(self, i: int) -> dict:
         """Plain-Python record of design i (for reports and JSON)."""
@@ -198,17 +195,14 @@ def evaluate(d: DesignBatch, eff: Efficiency = DEFAULT_EFFICIENCY, chunk_size: i
              device: torch.device | str | None = None) -> StepResult:
     """Time, memory and feasibility of one training step for every design of the batch.
 
-    Batches larger than `chunk_size` are evaluated chunk by chunk (the temporaries of a chunk stay
-    in cache; results are identical) and concatenated. Default chunk: 65,536 designs on a CPU,
-    1,048,576 on a GPU (where a kernel needs many designs to fill the device).
-
-    `device` (e.g. `"cuda"`): each chunk is moved there, evaluated in the batch's dtype, and its
-    result moved back to `d`'s device; `None` computes where `d` is.
+    Batches larger than `chunk_size` (default 65,536 designs on a CPU, 1,048,576 on a GPU) are
+    evaluated chunk by chunk (the temporaries of a chunk stay in cache; results are identical) and
+    concatenated. `device` (e.g. `"cuda"`): each chunk is moved there, evaluated in the batch's
+    dtype, and its result moved back to `d`'s device; `None` computes where `d` is.
     """
     home = d.tp.device
     target = home if device is None else torch.device(device)
-    if chunk_size is None:
-        chunk_size = 65536 if target.type == "cpu" else 1 << 20
+    chunk_size = chunk_size or (65536 if target.type == "cpu" else 1 << 20)
     if d.batch_size <= chunk_size:
         return _evaluate_chunk(d.to(target), eff).to(home)
     return StepResult.cat([_evaluate_chunk(d.index(slice(i, i + chunk_size)).to(target), eff).to(home)
@@ -328,8 +322,8 @@ def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches, ef
     """Data-parallel / ZeRO communication per step, before overlap.
 
     ZeRO-0: all-reduce of the gradients, or their push to and pull from parameter servers
-    (`dp_mode` ps_*, `collectives.group_parameter_server_time_s`). ZeRO-1 or distributed optimizer: reduce-scatter of the
-    gradients and all-gather of the updated weights. ZeRO-2: a reduce-scatter per micro-batch.
+    (`dp_mode` ps_*, `collectives.group_parameter_server_time_s`). ZeRO-1 or distributed optimizer:
+    reduce-scatter of the gradients and all-gather of the updated weights. ZeRO-2: a reduce-scatter per micro-batch.
     ZeRO-3: per micro-batch, weights gathered for forward and backward and gradients scattered, at
     `zero3_comm_fraction` of the collective bound for DeepSpeed's per-module collectives, at the
     bound itself for FSDP's whole-block ones (`fsdp`).
@@ -354,17 +348,6 @@ def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches, ef
                        torch.where(z >= 2, micro_batches * rs + ag, sharded * (rs + ag) + (1.0 - sharded) * ar))
 
 
-def straggler_wait_s(d: DesignBatch, step_s: torch.Tensor) -> torch.Tensor:
-    """Expected wait of a synchronous step for the slowest of its n = num_devices workers, whose step
-    times spread with coefficient of variation `straggler_cv`: E[max of n] - mean ~ sigma sqrt(2 ln n)
-    (the Gaussian extreme-value bound). Under SSP with staleness s a worker waits only for a lag of
-    more than s steps, which averages s + 1 steps: sigma / sqrt(s + 1). ps_async (Downpour) never
-    waits. How staleness slows convergence per step is outside a step-time model."""
-    sync = (d.dp_mode != DP_MODE_CODES["ps_async"]).to(step_s.dtype)
-    spread = torch.sqrt(2.0 * torch.log(torch.clamp_min(d.num_devices, 1.0)) / (1.0 + d.staleness))
-    return sync * step_s * d.straggler_cv * spread
-
-
 def _optimizer_sharded(d: DesignBatch) -> torch.Tensor:
     return ((d.zero_stage >= 1) | (d.distributed_optimizer > 0)).to(d.tp.dtype)
 
@@ -374,18 +357,6 @@ def _optimizer_time_s(d: DesignBatch, params, eff: Efficiency) -> torch.Tensor:
     opt_params = params / torch.where(_optimizer_sharded(d) > 0, d.dp * d.cp, torch.ones_like(d.dp))
     return memory_bound_time_s(opt_params * ADAM_BYTES_PER_PARAM, torch.full_like(d.dp, 4.0),
                                d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
-
-
-def fuse_jobs(d: DesignBatch) -> DesignBatch:
-    """B fused jobs (`fused_jobs`, HFTA) as one training step: the micro-batch and global batch hold
-    all B jobs' samples, so every activation, memory-bound kernel's traffic and FLOP count scales with
-    B; the GEMM table then splits each product into B batched ones (`workload.layer_gemms`), and the
-    parameters are B copies (`memory.params_per_device`). Throughput (`tokens_per_s`) is the B jobs'
-    together. Itself when no design fuses."""
-    if not any_fused(d):
-        return d
-    return d.replace(micro_batch_size=d.micro_batch_size * d.fused_jobs,
-                     global_batch_size=d.global_batch_size * d.fused_jobs)
 
 
 def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
@@ -441,7 +412,8 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     breakdown = {k: breakdown[k] for k in TIME_PARTS}
     step_time = _total(breakdown.values())
     if bool((d.straggler_cv > 0).any()):  # the synchronous step waits for its slowest worker
-        wait = straggler_wait_s(d, step_time)
+        wait = coll.straggler_wait_s(d.num_devices, d.straggler_cv, d.staleness,
+                                     (d.dp_mode != DP_MODE_CODES["ps_async"]).to(step_time.dtype), step_time)
         breakdown["dp_comm"] = breakdown["dp_comm"] + wait
         step_time = step_time + wait
 

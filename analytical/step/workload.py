@@ -425,3 +425,15 @@ def memory_bound_bytes_per_layer(d: DesignBatch) -> tuple[torch.Tensor, torch.Te
         lstm_bytes = lstm_bytes + elem * d.micro_batch_size * cnn.memory_bound_elements
         lstm_kernels = lstm_kernels + cnn.memory_bound_kernels
     return tr_bytes + lstm_bytes, tr_kernels + lstm_kernels
+
+
+def fuse_jobs(d: DesignBatch) -> DesignBatch:
+    """B fused jobs (`fused_jobs`, HFTA) as one training step: the micro-batch and global batch hold
+    all B jobs' samples, so every activation, memory-bound kernel's traffic and FLOP count scales with
+    B; the GEMM table then splits each product into B batched ones (`workload.layer_gemms`), and the
+    parameters are B copies (`memory.params_per_device`). Throughput (`tokens_per_s`) is the B jobs'
+    together. Itself when no design fuses."""
+    if not any_fused(d):
+        return d
+    return d.replace(micro_batch_size=d.micro_batch_size * d.fused_jobs,
+                     global_batch_size=d.global_batch_size * d.fused_jobs)

@@ -60,7 +60,8 @@ def test_activations_grow_with_the_micro_batch_and_max_pool_keeps_its_indices(a1
     def activations(batch: int) -> float:
         mapping = MappingSpec(name="m", micro_batch_size=batch, global_batch_size=batch, precision="fp32",
                               flash_attention=False)
-        return float(evaluate(single_design(a100, system, cnn("vgg16"), mapping)).memory_breakdown_bytes["activations"][0])
+        result = evaluate(single_design(a100, system, cnn("vgg16"), mapping))
+        return float(result.memory_breakdown_bytes["activations"][0])
 
     assert activations(16) == pytest.approx(2.0 * activations(8))
     terms = cnn_terms(single_design(a100, system, cnn("vgg16"), DP))

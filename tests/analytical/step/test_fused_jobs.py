@@ -51,9 +51,10 @@ def test_fusing_a_device_filling_network_gains_little_and_a_small_one_much(a100,
 def test_b_jobs_hold_b_copies_of_the_model_and_b_batches_of_activations(a100, make_system):
     system = make_system(1)
     r1, r3 = (evaluate(single_design(a100, system, RESNET18_CIFAR, fused(b))) for b in (1, 3))
+    m1, m3 = r1.memory_breakdown_bytes, r3.memory_breakdown_bytes
     for part in ("weights", "gradients", "optimizer", "activations"):
-        assert float(r3.memory_breakdown_bytes[part][0]) == pytest.approx(3.0 * float(r1.memory_breakdown_bytes[part][0]))
-    assert float(r3.memory_breakdown_bytes["runtime_reserve"][0]) == float(r1.memory_breakdown_bytes["runtime_reserve"][0])
+        assert float(m3[part][0]) == pytest.approx(3.0 * float(m1[part][0]))
+    assert float(m3["runtime_reserve"][0]) == float(m1["runtime_reserve"][0])
     # throughput counts the three jobs' images
     assert float(r3.tokens_per_s[0]) == pytest.approx(3 * 32 / float(r3.step_time_s[0]))
 

@@ -87,7 +87,8 @@ def test_stragglers_cost_synchronous_steps_and_staleness_hides_them(a100):
     noisy = cluster(8, straggler_cv=0.1)
     quiet = cluster(8)
     maps = [mapping(devices), mapping(devices, dp_mode="ps_sync", ps_shards=8),
-            mapping(devices, dp_mode="ps_sync", ps_shards=8, staleness=3), mapping(devices, dp_mode="ps_async", ps_shards=8)]
+            mapping(devices, dp_mode="ps_sync", ps_shards=8, staleness=3),
+            mapping(devices, dp_mode="ps_async", ps_shards=8)]
     base = evaluate(stack_designs([a100] * 4, [quiet] * 4, [RESNET50] * 4, maps)).step_time_s
     slow = evaluate(stack_designs([a100] * 4, [noisy] * 4, [RESNET50] * 4, maps)).step_time_s
     spread = 0.1 * math.sqrt(2 * math.log(devices))
