@@ -33,11 +33,10 @@ from analytical.step.memo import memoizing
 from analytical.step.memory import grad_bytes_per_param, memory_breakdown, params_per_device
 from analytical.step.workload import (
     GEMM_SLOTS,
-    any_parameter_server,
-    fuse_jobs,
-    slot_sum,
     activation_bytes_per_element,
+    any_parameter_server,
     attention_core_flops,
+    fuse_jobs,
     gemm_bytes_per_element,
     is_kind,
     is_narrow,
@@ -48,6 +47,7 @@ from analytical.step.workload import (
     memory_bound_bytes_per_layer,
     model_flops_per_step,
     recomputed_module_bytes,
+    slot_sum,
     stage_layers,
 )
 

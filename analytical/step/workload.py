@@ -36,6 +36,8 @@ def slot_sum(x: torch.Tensor) -> torch.Tensor:
     if x.shape[-1] == len(GEMM_SLOTS):
         return x.sum(-1)
     return x[..., :len(GEMM_SLOTS)].sum(-1) + x[..., len(GEMM_SLOTS):].sum(-1)
+
+
 @per_evaluation
 def is_kind(d: DesignBatch, kind: str) -> torch.Tensor:
     return (d.kind == KIND_CODES[kind]).to(d.tp.dtype)
@@ -173,7 +175,7 @@ def layer_gemms(d: DesignBatch) -> Gemms:
                f_e / t, h, h]
     slots_count = [one, b * heads_local, b * heads_local, one, local_experts, local_experts, one, one]
     slots_serial = [one, one, one, one, one, one, one, torch.where(lstm > 0, s, one)]
-    if any_cnn(d):  # one slot per convolution / FC layer of the chunk's largest network
+    if any_cnn(d):  # one slot per convolution / FC layer (`cnn.MAX_SLOTS`, zeros past a network's end)
         cnn = cnn_terms(d)
         width = cnn.m.shape[-1]
         slots_m += list((b.unsqueeze(-1) * cnn.m).unbind(-1))
@@ -200,7 +202,7 @@ def any_parameter_server(d: DesignBatch) -> bool:
 def _fused(d: DesignBatch, gemms: Gemms) -> Gemms:
     """B fused jobs (HFTA): every product whose rows are the micro-batch's tokens or images runs as B
     batched products of one job's rows each (`d.micro_batch_size` holds all B jobs' samples, see
-    `step.model.fuse_jobs`); the attention score products, already one per sequence, stay as they are."""
+    `fuse_jobs`); the attention score products, already one per sequence, stay as they are."""
     per_token = torch.ones(gemms.m.shape[-1], dtype=gemms.m.dtype, device=gemms.m.device)
     per_token[list(CORE_SLOTS)] = 0.0
     split = 1.0 + (d.fused_jobs.unsqueeze(-1) - 1.0) * per_token
@@ -418,13 +420,13 @@ def memory_bound_bytes_per_layer(d: DesignBatch) -> tuple[torch.Tensor, torch.Te
     casts = is_narrow(d) * local_tokens(d) * attention_out_width(d) / t * (elem + 2.0 * gemm_bytes_per_element(d))
     tr_bytes = tr * (elem * (norms + residual + act + permute + softmax_dropout) + casts)
     tr_kernels = tr * (5.0 + 2.0 * moe + 2.0 * (1.0 - d.flash_attention) + 4.0 * is_narrow(d))
-    lstm_bytes = lstm * elem * 12.0 * local_tokens(d) * d.hidden_size
-    lstm_kernels = lstm * d.seq_length
-    if any_cnn(d):
+    other_bytes = lstm * elem * 12.0 * local_tokens(d) * d.hidden_size
+    other_kernels = lstm * d.seq_length
+    if any_cnn(d):  # batch norm, ReLU, residual additions, pooling
         cnn = cnn_terms(d)
-        lstm_bytes = lstm_bytes + elem * d.micro_batch_size * cnn.memory_bound_elements
-        lstm_kernels = lstm_kernels + cnn.memory_bound_kernels
-    return tr_bytes + lstm_bytes, tr_kernels + lstm_kernels
+        other_bytes = other_bytes + elem * d.micro_batch_size * cnn.memory_bound_elements
+        other_kernels = other_kernels + cnn.memory_bound_kernels
+    return tr_bytes + other_bytes, tr_kernels + other_kernels
 
 
 def fuse_jobs(d: DesignBatch) -> DesignBatch:
