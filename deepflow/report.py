@@ -39,16 +39,17 @@ def design_line(accelerator, system, model, mapping) -> str:
             + (f" power_limit={accelerator.power_limit_w:g}W" if accelerator.power_limit_w else ""))
 
 
-def step_table(row: dict, hbm_bytes: float, tdp_w: float = 0.0) -> str:
-    """The evaluate command's tables for one design (`StepResult.row`); `tdp_w` is the power budget."""
+def step_table(row: dict, hbm_bytes: float, tdp_w: float = 0.0, token: str = "token") -> str:
+    """The evaluate command's tables for one design (`StepResult.row`); `tdp_w` is the power budget;
+    `token` what one token is (`image` for a CNN, whose tokens are its images)."""
     reason = Reason[row["reason"].upper()]
     summary = [
         ("feasible", "yes" if row["feasible"] else "NO: " + REASON_TEXT[reason]),
         ("step time", _fmt_time(row["step_time_s"]).strip()),
         ("MFU / HFU", f"{row['mfu'] * 100:.1f} % / {row['hfu'] * 100:.1f} %"),
-        ("tokens per s", f"{row['tokens_per_s']:,.0f}"),
+        (f"{token}s per s", f"{row['tokens_per_s']:,.0f}"),
         ("energy per step", f"{_fmt_energy(row['energy_j']).strip()} (all devices)"),
-        ("energy per token", _fmt_energy(row["energy_per_token_j"]).strip()),
+        (f"energy per {token}", _fmt_energy(row["energy_per_token_j"]).strip()),
         ("avg power", f"{row['avg_power_w']:.0f} W per device"
          + (f" of {tdp_w:.0f} W budget" if tdp_w > 0 else " (no power budget)")),
     ]

@@ -32,6 +32,10 @@ def files(tmp_path):
     (model / "config.json").write_text('{"class": "MLPEnsemble", "params": {}}')
     (model / "state.pt").write_bytes(b"corrupt")
     (tmp_path / "designs.csv").write_text("tp,pp\n8,4\n")
+    hfta = ("id,source,model,hardware,precision,baseline_precision,micro_batch_size,fused_jobs,published_speedup\n"
+            "r1,paper,pointnet-cls,v99,fp32,fp32,32,4,2.0\n")
+    (tmp_path / "hfta.csv").write_text(hfta)
+    (tmp_path / "ps.csv").write_text("id,published_ratio,ps_shards\nr1,1.2,8\n")
     return tmp_path
 
 
@@ -85,6 +89,8 @@ CASES = [
     (["derive", "chip.node=N0"], "node"),
     (["derive", "chip.area_compute_fraction=1.5"], "area"),
     (["derive", "output=xml"], "output='xml' is invalid"),
+    (["validate", "data={tmp}/hfta.csv"], "row 'r1': hardware='v99'"),
+    (["validate", "data={tmp}/ps.csv"], "missing columns source, model, hardware"),
     # sample
     (["sample", "n=0"], "n=0 is invalid"),
     (["sample", "n=-5"], "n=-5 is invalid"),

@@ -29,7 +29,8 @@ def cmd_evaluate(overrides: list[str]) -> int:
         print(json.dumps({"design": design_line(*specs), **given, **row}))
     else:
         print(design_line(*specs) + (f"; calibration={calibration.path}" if calibration is not None else ""))
-        print(step_table(row, specs[0].hbm_gib * 2.0**30, float(design.tdp_w[0])))  # a power limit lowers it
+        token = "image" if specs[2].kind == "cnn" else "token"
+        print(step_table(row, specs[0].hbm_gib * 2.0**30, float(design.tdp_w[0]), token))  # a power limit lowers tdp
         if "fused" in given:
             print("\n" + fused_table(given["fused"]))
     return 0

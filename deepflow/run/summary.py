@@ -26,7 +26,8 @@ def report(summary: dict[str, Any]) -> str:
         lines.append(f"best design (evaluation {summary['best_index']}): {design_line(*specs)}")
         if "best_chip" in summary:
             lines.append(chip_line(summary["best_chip"]))
-        lines.append(step_table(summary["best_row"], specs[0].hbm_gib * 2.0**30, specs[0].tdp_w))
+        lines.append(step_table(summary["best_row"], specs[0].hbm_gib * 2.0**30, specs[0].tdp_w,
+                                "image" if specs[2].kind == "cnn" else "token"))
     if "optimum" in summary and summary["optimum"].get("optimum"):
         o = summary["optimum"]
         lines.append(f"regret: {summary.get('regret', float('nan')):+.2%} vs the optimum {o['optimum']:.6g} of "

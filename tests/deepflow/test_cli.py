@@ -50,6 +50,7 @@ def test_evaluate_fused_cnn_jobs_compares_them_with_serial_ones():
     assert 1.0 < fused["speedup_vs_serial"] <= 8.0 and fused["largest_fused_jobs"] >= 8
     table = run("evaluate", *args)
     assert "fused jobs (HFTA)" in table.stdout and "largest fused_jobs that fits" in table.stdout
+    assert "images per s" in table.stdout and "energy per image" in table.stdout
 
 
 @pytest.mark.parametrize("args, needle", [
