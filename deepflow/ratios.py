@@ -94,9 +94,8 @@ def read_hfta(path: str) -> pd.DataFrame:
 
 def predict_hfta(frame: pd.DataFrame, max_jobs: int = 256) -> pd.DataFrame:
     """Predicted speedup and largest fused count of every row (a few batched evaluations)."""
-    from analytical import evaluate, stack_designs
+    from analytical import evaluate, single_design, stack_designs
     from analytical.fused import fused_comparison
-    from analytical.build import single_design
 
     fused = [_specs(row, str(row["precision"]), int(row["fused_jobs"])) for _, row in frame.iterrows()]
     alone = [_specs(row, str(row["baseline_precision"]), 1) for _, row in frame.iterrows()]

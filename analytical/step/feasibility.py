@@ -41,7 +41,6 @@ def mapping_reasons(d: DesignBatch, peak_flops_per_s: torch.Tensor) -> torch.Ten
         (Reason.VP_INVALID, (d.vp == 1) | ((d.pp > 1) & (torch.remainder(micro_batches, d.pp) == 0))),
         (Reason.MAPPING_UNSUPPORTED_BY_MODEL,
          transformer | ((d.tp == 1) & (d.cp == 1) & (d.ep == 1) & (d.sequence_parallel == 0))),
-
         (Reason.ZERO_WITH_PIPELINE, (d.zero_stage < 2) | (d.pp == 1) | (d.fsdp > 0)),
         (Reason.PRECISION_UNSUPPORTED, peak_flops_per_s > 0),
         (Reason.NO_SCALE_OUT_LINK, (d.num_devices <= d.scale_up_domain) | (d.scale_out_bw_bytes_per_s > 0)),
