@@ -59,14 +59,42 @@ def ratio_report(path: str) -> tuple[dict, str]:
     return result, ps_table(result)
 
 
+def _accelerator(row: pd.Series):
+    """The row's hardware preset with the memory (`hbm_gib`) and in-machine bandwidth
+    (`scale_up_gb_per_s`) it ran with, where the row gives them."""
+    from deepflow.presets import load_preset
+
+    accelerator = load_preset("hardware", str(row["hardware"]))
+    for column, field in (("hbm_gib", "hbm_gib"), ("scale_up_gb_per_s", "scale_up_bw_gb_per_s")):
+        if column in row and pd.notna(row[column]):
+            accelerator = dataclasses.replace(accelerator, **{field: float(row[column])})
+    return accelerator
+
+
+def _read_checked(path: str, required: tuple[str, ...], check_row) -> pd.DataFrame:
+    """The CSV's rows, checked: a missing column, or a row `check_row` cannot build specs from (a
+    value no preset or spec accepts), is one error naming it."""
+    from analytical import SpecError
+
+    frame = pd.read_csv(path)
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise ConfigError(f"data={path!r}: missing columns {', '.join(missing)} (the schema is in "
+                          "experiments/validation/README.md)")
+    for _, row in frame.iterrows():
+        try:
+            check_row(row)
+        except (SpecError, ValueError) as exc:
+            raise ConfigError(f"data={Path(path).name} row {row['id']!r}: {exc}") from None
+    return frame
+
+
 def _specs(row: pd.Series, precision: str, jobs: int) -> tuple:
     """(accelerator, one-device system, model, mapping) of a row's jobs."""
     from analytical import MappingSpec, SystemSpec
     from deepflow.presets import load_preset
 
-    accelerator = load_preset("hardware", str(row["hardware"]))
-    if "hbm_gib" in row and pd.notna(row["hbm_gib"]):
-        accelerator = dataclasses.replace(accelerator, hbm_gib=float(row["hbm_gib"]))
+    accelerator = _accelerator(row)
     system = SystemSpec(name="one-device", num_devices=1, devices_per_node=1, scale_up_domain=1)
     batch = int(row["micro_batch_size"])
     mapping = MappingSpec(name="fused", dp=1, micro_batch_size=batch, global_batch_size=batch, precision=precision,
@@ -75,21 +103,12 @@ def _specs(row: pd.Series, precision: str, jobs: int) -> tuple:
 
 
 def read_hfta(path: str) -> pd.DataFrame:
-    """The rows, checked: a missing column or a value no preset or spec accepts names the row."""
-    from analytical import SpecError
+    """The fused-job rows, checked (`_read_checked`): both the fused jobs and the one-job baseline."""
+    def check(row: pd.Series) -> None:
+        _specs(row, str(row["precision"]), int(row["fused_jobs"]))
+        _specs(row, str(row["baseline_precision"]), 1)
 
-    frame = pd.read_csv(path)
-    missing = [c for c in HFTA_REQUIRED if c not in frame.columns]
-    if missing:
-        raise ConfigError(f"data={path!r}: missing columns {', '.join(missing)} (the schema is in "
-                          "experiments/validation/README.md)")
-    for _, row in frame.iterrows():
-        try:
-            _specs(row, str(row["precision"]), int(row["fused_jobs"]))
-            _specs(row, str(row["baseline_precision"]), 1)
-        except (SpecError, ValueError) as exc:
-            raise ConfigError(f"data={Path(path).name} row {row['id']!r}: {exc}") from None
-    return frame
+    return _read_checked(path, HFTA_REQUIRED, check)
 
 
 def predict_hfta(frame: pd.DataFrame, max_jobs: int = 256) -> pd.DataFrame:
@@ -152,10 +171,7 @@ def _ps_specs(row: pd.Series, mode: str) -> tuple:
     from analytical import MappingSpec, SystemSpec
     from deepflow.presets import load_preset
 
-    accelerator = load_preset("hardware", str(row["hardware"]))
-    for column, field in (("hbm_gib", "hbm_gib"), ("scale_up_gb_per_s", "scale_up_bw_gb_per_s")):
-        if column in row and pd.notna(row[column]):
-            accelerator = dataclasses.replace(accelerator, **{field: float(row[column])})
+    accelerator = _accelerator(row)
     per_node = int(row["devices_per_node"])
     system = SystemSpec(name="cluster", num_devices=int(row["num_devices"]), devices_per_node=per_node,
                         scale_up_domain=per_node, topology="fat-tree",
@@ -171,19 +187,8 @@ def _ps_specs(row: pd.Series, mode: str) -> tuple:
 
 
 def read_ps(path: str) -> pd.DataFrame:
-    from analytical import SpecError
-
-    frame = pd.read_csv(path)
-    missing = [c for c in PS_REQUIRED if c not in frame.columns]
-    if missing:
-        raise ConfigError(f"data={path!r}: missing columns {', '.join(missing)} (the schema is in "
-                          "experiments/validation/README.md)")
-    for _, row in frame.iterrows():
-        try:
-            _ps_specs(row, "ps_sync")
-        except (SpecError, ValueError) as exc:
-            raise ConfigError(f"data={Path(path).name} row {row['id']!r}: {exc}") from None
-    return frame
+    """The parameter-server rows, checked (`_read_checked`)."""
+    return _read_checked(path, PS_REQUIRED, lambda row: _ps_specs(row, "ps_sync"))
 
 
 def ps_report(path: str) -> dict:

@@ -22,6 +22,9 @@ def _divides(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def mapping_reasons(d: DesignBatch, peak_flops_per_s: torch.Tensor) -> torch.Tensor:
     """`(batch,)` int64 reason codes of every rule except memory (0 = all rules hold)."""
     transformer = d.kind == KIND_CODES["transformer"]
+    supported = transformer | ((d.tp == 1) & (d.cp == 1) & (d.ep == 1) & (d.sequence_parallel == 0))
+    if any_cnn(d):  # a CNN trains data-parallel only (one layer table: no stages, nothing to recompute)
+        supported = supported & ((d.kind != KIND_CODES["cnn"]) | ((d.pp == 1) & (d.recompute == 0)))
     micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
     checks = [
         (Reason.DEGREES_NOT_DEVICES, (d.tp * d.pp * d.dp * d.cp == d.num_devices) & (d.dp == torch.round(d.dp))),
@@ -39,8 +42,7 @@ def mapping_reasons(d: DesignBatch, peak_flops_per_s: torch.Tensor) -> torch.Ten
         # parallel folding: expert parallelism within dp x cp x tp)
         (Reason.EP_INVALID, _divides(d.ep, d.num_experts) & _divides(d.ep, d.dp * d.cp * d.tp)),
         (Reason.VP_INVALID, (d.vp == 1) | ((d.pp > 1) & (torch.remainder(micro_batches, d.pp) == 0))),
-        (Reason.MAPPING_UNSUPPORTED_BY_MODEL,
-         transformer | ((d.tp == 1) & (d.cp == 1) & (d.ep == 1) & (d.sequence_parallel == 0))),
+        (Reason.MAPPING_UNSUPPORTED_BY_MODEL, supported),
         (Reason.ZERO_WITH_PIPELINE, (d.zero_stage < 2) | (d.pp == 1) | (d.fsdp > 0)),
         (Reason.PRECISION_UNSUPPORTED, peak_flops_per_s > 0),
         (Reason.NO_SCALE_OUT_LINK, (d.num_devices <= d.scale_up_domain) | (d.scale_out_bw_bytes_per_s > 0)),
@@ -48,9 +50,6 @@ def mapping_reasons(d: DesignBatch, peak_flops_per_s: torch.Tensor) -> torch.Ten
     # rules of options most designs leave off, checked only where a design of the batch uses them
     # (after MAPPING_UNSUPPORTED_BY_MODEL: fused jobs first, then parameter servers)
     after = [code for code, _ in checks].index(Reason.MAPPING_UNSUPPORTED_BY_MODEL) + 1
-    if any_cnn(d):  # a CNN trains data-parallel only (one layer table: no stages, nothing to recompute)
-        code, holds = checks[after - 1]
-        checks[after - 1] = (code, holds & ((d.kind != KIND_CODES["cnn"]) | ((d.pp == 1) & (d.recompute == 0))))
     if any_parameter_server(d):  # parameter servers take whole (unsharded) gradients: plain data parallelism
         checks.insert(after, (Reason.PARAMETER_SERVER_INVALID, (d.dp_mode == 0) | (
             (d.ps_shards >= 1) & (d.zero_stage == 0) & (d.distributed_optimizer == 0))))

@@ -16,11 +16,16 @@ def ceil_div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.ceil(a / b)
 
 
+def gemm_tiles(m: torch.Tensor, n: torch.Tensor, count: torch.Tensor, tile_m: torch.Tensor,
+               tile_n: torch.Tensor) -> torch.Tensor:
+    """Output tiles of `count` (m x n) products: count * ceil(m/tm) * ceil(n/tn)."""
+    return count * ceil_div(m, tile_m) * ceil_div(n, tile_n)
+
+
 def gemm_waves(m: torch.Tensor, n: torch.Tensor, count: torch.Tensor, tile_m: torch.Tensor,
                tile_n: torch.Tensor, compute_units: torch.Tensor) -> torch.Tensor:
     """Waves of output tiles over the compute units: ceil(count * ceil(m/tm) * ceil(n/tn) / units)."""
-    tiles = count * ceil_div(m, tile_m) * ceil_div(n, tile_n)
-    return ceil_div(tiles, compute_units)
+    return ceil_div(gemm_tiles(m, n, count, tile_m, tile_n), compute_units)
 
 
 # Split-K: a product whose output tiles fill less than one wave of the compute units splits its
@@ -53,13 +58,14 @@ def gemm_compute_time_s(m, n, k, count, peak_flops_per_s, compute_units, tile_m,
     fixed time `gemm_tile_overhead_s` (filling the operand pipeline from memory and writing the
     tile out: latency, not tensor-core work, so it weighs more on a chip with faster tensor cores).
     """
-    return _gemm_compute_time_s(k, count * ceil_div(m, tile_m) * ceil_div(n, tile_n), peak_flops_per_s,
-                                compute_units, tile_m, tile_n, eff, peak_fraction)[0]
+    return _gemm_compute_time_s(k, gemm_tiles(m, n, count, tile_m, tile_n), peak_flops_per_s, compute_units,
+                                tile_m, tile_n, eff, peak_fraction)[0]
 
 
 def _gemm_compute_time_s(k, tiles, peak_flops_per_s, compute_units, tile_m, tile_n, eff: Efficiency,
-                         peak_fraction=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(time, split-K parts)` of a product of `tiles` output tiles reducing over k."""
+                         peak_fraction=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`(time, split-K parts)` of a product of `tiles` output tiles reducing over k; parts None when
+    no product of the batch splits."""
     fraction = eff.gemm_peak_fraction if peak_fraction is None else peak_fraction
     per_unit_flops_per_s = peak_flops_per_s * fraction / compute_units
     if not bool((tiles < compute_units).any()):  # every product fills a wave: no split (the common case)
@@ -85,8 +91,8 @@ def gemm_time_s(m, n, k, count, peak_flops_per_s, compute_units, tile_m, tile_n,
                 sram_bw_bytes_per_s, launch_s, bytes_per_element, eff: Efficiency,
                 peak_fraction=None) -> torch.Tensor:
     """Roofline over compute, HBM and SRAM, plus one kernel launch. Zero-size GEMMs cost 0."""
-    tiles = count * ceil_div(m, tile_m) * ceil_div(n, tile_n)
-    compute, parts = _gemm_compute_time_s(k, tiles, peak_flops_per_s, compute_units, tile_m, tile_n, eff, peak_fraction)
+    compute, parts = _gemm_compute_time_s(k, gemm_tiles(m, n, count, tile_m, tile_n), peak_flops_per_s,
+                                          compute_units, tile_m, tile_n, eff, peak_fraction)
     hbm_bytes = gemm_hbm_bytes(m, n, k, count, bytes_per_element)
     if parts is not None:  # split-K's fp32 partial sums: written once by each part, read once by the reduction
         hbm_bytes = hbm_bytes + 8.0 * count * m * n * (parts - 1.0)

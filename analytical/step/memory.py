@@ -15,8 +15,8 @@ from analytical.codes import PRECISION_CODES
 from analytical.design import DesignBatch
 from analytical.step.workload import (
     activation_bytes_per_element,
-    any_fused,
     activation_bytes_per_layer,
+    any_fused,
     embedding_params,
     gemm_bytes_per_element,
     has_vocabulary,

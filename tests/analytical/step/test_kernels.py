@@ -81,6 +81,28 @@ def test_wave_quantization_one_tile_past_a_wave_costs_a_wave():
     assert float(two_waves[0]) == pytest.approx(2.0 * float(one_wave[0]), rel=1e-12)
 
 
+def test_a_product_that_underfills_a_wave_splits_its_reduction():
+    """One 128 x 128 output tile reducing over k = 108 x 256 on 108 units splits into 108 parts of
+    256 elements (one wave, 1/108 of the unsplit time); k = 1024 allows only 4 parts; a product
+    that fills the wave does not split. The split pays its fp32 partial sums in HBM traffic."""
+    eff = Efficiency(gemm_tile_overhead_s=0.0)
+
+    def compute(m, n, k):
+        return float(gemm_compute_time_s(t(m), t(n), t(k), t(1), t(312e12), t(108), t(128), t(128), eff)[0])
+
+    tile_s = lambda k: 2.0 * 128 * 128 * k / (312e12 * eff.gemm_peak_fraction / 108)  # noqa: E731
+    assert compute(128, 128, 108 * 256) == pytest.approx(tile_s(256), rel=1e-12)
+    assert compute(128, 128, 1024) == pytest.approx(tile_s(256), rel=1e-12)  # 4 parts of 256
+    assert compute(128, 108 * 128, 4096) == pytest.approx(tile_s(4096), rel=1e-12)  # a full wave: no split
+    slow_memory = dict(peak_flops_per_s=t(312e12), compute_units=t(108), tile_m=t(128), tile_n=t(128),
+                       hbm_bw_bytes_per_s=t(1e9), sram_bw_bytes_per_s=t(1e15), launch_s=t(0.0),
+                       bytes_per_element=t(2.0), eff=eff)
+    split = float(gemm_time_s(t(128), t(128), t(1024), t(1), **slow_memory)[0])
+    plain = 2.0 * (128 * 1024 * 2 + 128 * 128) / (1e9 * eff.hbm_bw_fraction)
+    partials = 8.0 * 128 * 128 * 3 / (1e9 * eff.hbm_bw_fraction)  # 4 parts: 3 extra partial sums
+    assert split == pytest.approx(plain + partials, rel=1e-12)
+
+
 def test_large_gemm_reaches_a_higher_rate_than_a_small_one():
     big = (16384.0, 12288.0, 12288.0)
     small = (8192.0, 1024.0, 1024.0)
