@@ -4,27 +4,32 @@ Mixed-precision Adam as in Rajbhandari et al. 2020 (ZeRO, sec. 3.1): 16-bit weig
 (fp32 main gradients for bf16/fp8, as Megatron-LM accumulates them), and 12 bytes per parameter
 of fp32 master weights, momentum and variance. ZeRO stage 1 (or Megatron's distributed optimizer)
 shards the optimizer state over data-parallel ranks, stage 2 also the gradients, stage 3 also the
-weights. All results are `(batch,)` tensors in bytes.
+weights. Activation memory per layer follows Korthikanti et al. 2022 (Table 2, checked in tests). All results
+are `(batch,)` tensors in bytes.
 """
 
 from __future__ import annotations
 
 import torch
 
-from analytical.codes import PRECISION_CODES
+from analytical.codes import PRECISION_CODES, RECOMPUTE_CODES
 from analytical.design import DesignBatch
+from analytical.step.attention import any_mla, attention_out_width, attention_width, latent_activation_bytes_per_token
+from analytical.step.cnn import any_cnn, cnn_terms
 from analytical.step.workload import (
     activation_bytes_per_element,
-    activation_bytes_per_layer,
     any_fused,
     embedding_params,
+    ffn_gate_factor,
     gemm_bytes_per_element,
     has_vocabulary,
+    is_kind,
     is_narrow,
+    is_swiglu,
     layer_params,
     local_tokens,
+    mlp_width,
     per_evaluation,
-    recompute_transient_bytes,
     stage_layers,
 )
 
@@ -73,6 +78,107 @@ def optimizer_bytes_per_param(d: DesignBatch) -> torch.Tensor:
     return 12.0 - 4.0 * wide  # no separate fp32 master copy when training in fp32
 
 
+@per_evaluation
+def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(kept, transient)`: activation memory one layer keeps for backward, per micro-batch and
+    device, and what full recompute holds on top while it rebuilds a layer.
+
+    Korthikanti et al. 2022, Table 2, generalised to GQA, SwiGLU and MoE: with 16-bit
+    activations, b s h (10 + 24/t + 5 a s/(h t)) bytes without sequence parallelism for GPT.
+    Sequence parallelism divides the first term by t; selective recompute or flash attention drop
+    the a s^2 term; full recompute keeps only the layer input.
+    """
+    tr, lstm = is_kind(d, "transformer"), is_kind(d, "lstm")
+    t = d.tp
+    th = local_tokens(d) * d.hidden_size
+    sp_div = torch.where(d.sequence_parallel > 0, t, 1.0)
+    replicated = 10.0 * th / sp_div  # two norm inputs, two GEMM inputs, two dropout masks
+    kv_ratio = d.num_kv_heads / d.num_heads
+    ta = local_tokens(d) * attention_width(d)
+    # Q, K, V, and the output-projection input (MLA: and its latents, replicated over tp)
+    attention = (2.0 + 4.0 * kv_ratio + 2.0) * ta / t
+    if any_mla(d):
+        attention = attention + local_tokens(d) * latent_activation_bytes_per_token(d)
+    ffn_tensors = 2.0 + 2.0 * ffn_gate_factor(d)  # gelu: fc1 out, fc2 in; swiglu: gate, up, product
+    mlp = ffn_tensors * local_tokens(d) * mlp_width(d) / t
+    # LLaMA-style models train without dropout: no masks (1 byte per element each, 2 of the 10)
+    replicated = replicated - 2.0 * th / sp_div * is_swiglu(d)
+    # narrow GEMMs save their inputs for the weight gradient already cast (Transformer Engine keeps
+    # the fp8 copy, not the 16-bit one): the QKV and fc1 inputs (2 of the replicated 10), the
+    # output-projection input (2 of attention's) and fc2's input (2 of the MLP's) shrink to their
+    # format's bytes. Q, K, V stay 16-bit for the fused attention kernel.
+    tao = local_tokens(d) * attention_out_width(d)
+    saved_gemm_inputs = 4.0 * th / sp_div + 2.0 * tao / t + 2.0 * local_tokens(d) * mlp_width(d) / t
+    narrow_saving = is_narrow(d) * saved_gemm_inputs * (1.0 - gemm_bytes_per_element(d) / 2.0)
+    square = 5.0 * d.micro_batch_size * d.num_heads * (d.seq_length / d.cp) * d.seq_length / t
+    keeps_square = (d.recompute == RECOMPUTE_CODES["none"]).to(t.dtype) * (1.0 - d.flash_attention)
+    softmax_stats = 4.0 * d.micro_batch_size * d.num_heads * d.seq_length / d.cp / t * d.flash_attention
+    # selective recompute with fused attention (whose kernel already recomputes the core) re-runs
+    # the cheap modules instead: the norms and the MLP activation (Megatron-Core recompute_modules
+    # "layernorm" and "mlp"/"moe_act"; torchtitan's per-op selective checkpointing), so their
+    # outputs (the QKV, fc1 and fc2 inputs) are not kept
+    cheap_outputs = 4.0 * th / sp_div + 2.0 * local_tokens(d) * mlp_width(d) / t
+    narrow_scale = 1.0 - is_narrow(d) * (1.0 - gemm_bytes_per_element(d) / 2.0)
+    selective_flash = (d.recompute == RECOMPUTE_CODES["selective"]).to(t.dtype) * d.flash_attention
+    modules_saving = selective_flash * cheap_outputs * narrow_scale
+    full = tr * (replicated + attention + mlp + square * keeps_square + softmax_stats - narrow_saving - modules_saving)
+    lstm_bytes = lstm * 2.0 * local_tokens(d) * d.hidden_size * 7.0  # 4 gates, cell, hidden, input
+    gemm_bytes = is_kind(d, "gemm") * 2.0 * d.micro_batch_size * d.gemm_m * d.gemm_k
+    kept = tr * 2.0 * th / sp_div  # full recompute keeps only the layer input
+    per_layer = torch.where(d.recompute == RECOMPUTE_CODES["full"], kept, full)
+    scale = activation_bytes_per_element(d) / 2.0
+    # full recompute rebuilds one layer's activations at a time in the backward pass: that layer's
+    # whole set is live on top of the kept inputs (Korthikanti et al. 2022, sec. 4.2)
+    transient = torch.where(d.recompute == RECOMPUTE_CODES["full"], full, torch.zeros_like(full)) * scale
+    kept_bytes = (per_layer + lstm_bytes + gemm_bytes) * scale
+    if any_cnn(d):
+        cnn = cnn_terms(d)
+        elem = activation_bytes_per_element(d)
+        kept_bytes = kept_bytes + d.micro_batch_size * (cnn.kept_elements * elem + cnn.index_bytes)
+        transient = transient + d.micro_batch_size * cnn.backward_transient_elements * elem
+    return kept_bytes, transient
+
+
+@per_evaluation
+def activation_bytes_per_layer(d: DesignBatch) -> torch.Tensor:
+    """Activation memory one layer keeps for backward, per micro-batch and device
+    (`layer_activation_bytes`)."""
+    return layer_activation_bytes(d)[0]
+
+
+@per_evaluation
+def recompute_transient_bytes(d: DesignBatch) -> torch.Tensor:
+    """Activations of the one layer full recompute rebuilds at a time in the backward pass (0 unless
+    recompute is full)."""
+    return layer_activation_bytes(d)[1]
+
+
+@per_evaluation
+def recomputed_module_bytes(d: DesignBatch) -> torch.Tensor:
+    """HBM bytes of the forward norms and MLP activation of one layer (read + write, 16-bit): what
+    selective recompute with fused attention runs again (`activation_bytes_per_layer`)."""
+    t = d.tp
+    sp_div = torch.where(d.sequence_parallel > 0, t, 1.0)
+    norms = 2.0 * 2.0 * local_tokens(d) * d.hidden_size / sp_div
+    act = (2.0 + is_swiglu(d)) * local_tokens(d) * mlp_width(d) / t
+    return is_kind(d, "transformer") * activation_bytes_per_element(d) * (norms + act)
+
+
+
+def fsdp_keeps_unsharded(d: DesignBatch) -> torch.Tensor:
+    """1.0 where FSDP runs under a pipeline schedule (`fsdp`, pp > 1), else 0.0 (`(batch,)`).
+
+    PyTorch FSDP2 with torch.distributed.pipelining keeps each stage's weights gathered for the
+    whole step: torchtitan shards with reshard_after_forward=False when pp > 1 ("to avoid
+    per-microbatch all-gathers", torchtitan/models/llama3/parallelize.py, apply_fsdp), and the
+    pipeline stage calls set_reshard_after_backward(False) and set_requires_gradient_sync(False)
+    for every backward but the last (torch/distributed/pipelining/stage.py,
+    backward_maybe_with_nosync). Gradients then accumulate unsharded, upcast to the fp32 reduce
+    dtype (FSDPParam.to_accumulated_grad_if_needed), and are reduce-scattered once per step.
+    """
+    return ((d.fsdp > 0) & (d.pp > 1)).to(d.tp.dtype)
+
+
 def in_flight_micro_batches(d: DesignBatch) -> torch.Tensor:
     """Micro-batches whose activations the first stage holds at once under 1F1B: min(m, pp),
     times (1 + (pp-1)/(pp vp)) for the interleaved schedule (Korthikanti et al. 2022, sec. 4.2.3)."""
@@ -88,7 +194,8 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
     dp = d.dp * d.cp  # context-parallel ranks share weights: states shard over dp x cp
     zero = d.zero_stage
     shard_opt = torch.where((zero >= 1) | (d.distributed_optimizer > 0), dp, 1.0)
-    shard_grad = torch.where(zero >= 2, dp, 1.0)
+    held = fsdp_keeps_unsharded(d)  # unsharded 16-bit weights and fp32 gradients for the whole step
+    shard_grad = torch.where((zero >= 2) & (held == 0), dp, 1.0)
     shard_weight = torch.where(zero >= 3, dp, 1.0)
     elem = activation_bytes_per_element(d)
     layers_per_stage = stage_layers(d)
@@ -98,9 +205,9 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
     logits = local_tokens(d) * d.vocab_size / d.tp * (elem + 4.0) * has_vocabulary(d)
     message = local_tokens(d) * d.hidden_size * elem
     dense, _ = layer_params(d)
-    zero3_prefetch = (zero >= 3).to(dp.dtype) * 2.0 * dense / d.tp * weight_bytes_per_param(d)
+    zero3_prefetch = (zero >= 3).to(dp.dtype) * (1.0 - held) * 2.0 * dense / d.tp * weight_bytes_per_param(d)
     return {
-        "weights": params * weight_bytes_per_param(d) / shard_weight,
+        "weights": params * (weight_bytes_per_param(d) / shard_weight + held * elem),
         "gradients": params * grad_bytes_per_param(d) / shard_grad,
         "optimizer": params * optimizer_bytes_per_param(d) / shard_opt,
         "activations": activations + logits,

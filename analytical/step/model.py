@@ -30,7 +30,8 @@ from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
 from analytical.step.kernels import flash_attention_time_s, gemm_time_s, memory_bound_time_s
 from analytical.step.memo import memoizing
-from analytical.step.memory import grad_bytes_per_param, memory_breakdown, params_per_device
+from analytical.step.memory import (fsdp_keeps_unsharded, grad_bytes_per_param, memory_breakdown, params_per_device,
+                                    recomputed_module_bytes)
 from analytical.step.workload import (
     GEMM_SLOTS,
     activation_bytes_per_element,
@@ -46,7 +47,6 @@ from analytical.step.workload import (
     logit_gemm_flops,
     memory_bound_bytes_per_layer,
     model_flops_per_step,
-    recomputed_module_bytes,
     slot_sum,
     stage_layers,
 )
@@ -326,8 +326,8 @@ def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches, ef
     reduce-scatter of the gradients and all-gather of the updated weights. ZeRO-2: a reduce-scatter per micro-batch.
     ZeRO-3: per micro-batch, weights gathered for forward and backward and gradients scattered, at
     `zero3_comm_fraction` of the collective bound for DeepSpeed's per-module collectives, at the
-    bound itself for FSDP's whole-block ones (`fsdp`).
-    """
+    bound itself for FSDP's whole-block ones (`fsdp`); once per step under a pipeline schedule
+    (`memory.fsdp_keeps_unsharded`)."""
     grad_bytes = params * grad_bytes_per_param(d)
     weight_bytes = params * elem  # gathered in the 16-bit (fp32: 32-bit) training dtype
     # context-parallel ranks hold the same weights: gradients are reduced and the optimizer state
@@ -341,10 +341,12 @@ def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches, ef
         ar = torch.where(d.dp_mode > 0, ps, ar)
     rs = _on_group(coll.group_all_gather_time_s, d, links, grad_bytes, group, stride)
     ag = _on_group(coll.group_all_gather_time_s, d, links, weight_bytes, group, stride)
-    z = d.zero_stage
-    sharded = _optimizer_sharded(d)
+    z, sharded = d.zero_stage, _optimizer_sharded(d)
     zero3_slowdown = torch.where(d.fsdp > 0, 1.0, 1.0 / eff.zero3_comm_fraction)
-    return torch.where(z >= 3, micro_batches * (2.0 * ag + rs) * zero3_slowdown,
+    # held unsharded: one gather beside the first forward (its interference shows) and one exposed scatter
+    held = (1.0 - 1.0 / eff.overlap_compute_slowdown) * ag + rs  # as exposed: `_evaluate_chunk` hides no more
+    zero3 = torch.where(fsdp_keeps_unsharded(d) > 0, held, micro_batches * (2.0 * ag + rs) * zero3_slowdown)
+    return torch.where(z >= 3, zero3,
                        torch.where(z >= 2, micro_batches * rs + ag, sharded * (rs + ag) + (1.0 - sharded) * ar))
 
 
@@ -371,7 +373,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
 
     full = (d.recompute == RECOMPUTE_CODES["full"]).to(peak.dtype)
     selective = (d.recompute == RECOMPUTE_CODES["selective"]).to(peak.dtype)
-    # selective with fused attention: the norms and MLP activation again (workload.activation_bytes_per_layer)
+    # selective with fused attention: the norms and MLP activation again (memory.activation_bytes_per_layer)
     fused_selective = d.flash_attention * is_kind(d, "transformer")
     modules_fwd = fused_selective * memory_bound_time_s(recomputed_module_bytes(d), 3.0 * fused_selective,
                                                         d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
@@ -401,13 +403,13 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     dp_time = _data_parallel_time_s(d, params, links, elem, micro_batches, eff)
     backward_wall = (layers_per_stage * (layer.backward + comm["tp_bwd"] + comm["cp_bwd"] + comm["ep_bwd"])
                      + logit_parts["backward_compute"])
-    zero3 = d.zero_stage >= 3
+    zero3, held = d.zero_stage >= 3, fsdp_keeps_unsharded(d) > 0
     overlapped = _exposed(dp_time, torch.where(zero3, micro_batches * stage_max, backward_wall), eff)
 
     breakdown = {k: micro_batches * v for k, v in stage_parts.items()}
     breakdown.update(pipeline_bubble=(d.pp - 1.0) / d.vp * stage_mean,
                      pp_p2p=_pipeline_p2p_s(d, links, elem, micro_batches),
-                     dp_comm=torch.where((d.overlap_dp_comm > 0) | zero3, overlapped, dp_time),
+                     dp_comm=torch.where(((d.overlap_dp_comm > 0) | zero3) & ~held, overlapped, dp_time),
                      optimizer=_optimizer_time_s(d, params, eff))
     breakdown = {k: breakdown[k] for k in TIME_PARTS}
     step_time = _total(breakdown.values())

@@ -1,12 +1,11 @@
-"""The algorithm layer: shapes, parameters, FLOPs and activation memory of a workload.
+"""The algorithm layer: shapes, parameters and FLOPs of a workload (its activation memory: `memory`).
 
 Every function takes a `DesignBatch` and returns `(batch,)` tensors, or `(batch, slots)` for the
 GEMM table. Transformer conventions: `ffn_type` gelu means GPT-style (biases, LayerNorm, learned
 positions, tied output embedding); swiglu means LLaMA-style (no biases, RMSNorm, rotary positions,
 untied output layer). MoE layers (num_experts > 1) route each token to `top_k` experts.
 
-Formulas checked in tests against Narayanan et al. 2021 (FLOPs, eq. 3 and parameter count) and
-Korthikanti et al. 2022 (activation memory, Table 2).
+Formulas checked in tests against Narayanan et al. 2021 (FLOPs, eq. 3 and parameter count).
 """
 
 from __future__ import annotations
@@ -15,11 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from analytical.codes import FFN_CODES, KIND_CODES, PRECISION_CODES, RECOMPUTE_CODES
+from analytical.codes import FFN_CODES, KIND_CODES, PRECISION_CODES
 from analytical.design import DesignBatch
-from analytical.step.attention import (any_mla, attention_out_width, attention_params, attention_width, head_dim,
-                                       latent_activation_bytes_per_token, qk_head_dim, qkv_projection_width,
-                                       value_head_dim)
+from analytical.step.attention import (attention_out_width, attention_params, attention_width, head_dim,
+                                       qk_head_dim, qkv_projection_width, value_head_dim)
 from analytical.step.cnn import any_cnn, cnn_terms
 from analytical.step.memo import per_evaluation
 
@@ -304,92 +302,6 @@ def model_flops_per_step(d: DesignBatch, gemms: Gemms | None = None,
     layer = layer_forward_flops_per_sequence(d, gemms)[0] if layer_flops is None else layer_flops
     logits = logit_gemm_flops(d) * d.tp * d.cp / d.micro_batch_size
     return 3.0 * (d.num_layers * layer + logits) * d.global_batch_size
-
-
-@per_evaluation
-def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(kept, transient)`: activation memory one layer keeps for backward, per micro-batch and
-    device, and what full recompute holds on top while it rebuilds a layer.
-
-    Korthikanti et al. 2022, Table 2, generalised to GQA, SwiGLU and MoE: with 16-bit
-    activations, b s h (10 + 24/t + 5 a s/(h t)) bytes without sequence parallelism for GPT.
-    Sequence parallelism divides the first term by t; selective recompute or flash attention drop
-    the a s^2 term; full recompute keeps only the layer input.
-    """
-    tr, lstm = is_kind(d, "transformer"), is_kind(d, "lstm")
-    t = d.tp
-    th = local_tokens(d) * d.hidden_size
-    sp_div = torch.where(d.sequence_parallel > 0, t, 1.0)
-    replicated = 10.0 * th / sp_div  # two norm inputs, two GEMM inputs, two dropout masks
-    kv_ratio = d.num_kv_heads / d.num_heads
-    ta = local_tokens(d) * attention_width(d)
-    # Q, K, V, and the output-projection input (MLA: and its latents, replicated over tp)
-    attention = (2.0 + 4.0 * kv_ratio + 2.0) * ta / t
-    if any_mla(d):
-        attention = attention + local_tokens(d) * latent_activation_bytes_per_token(d)
-    ffn_tensors = 2.0 + 2.0 * ffn_gate_factor(d)  # gelu: fc1 out, fc2 in; swiglu: gate, up, product
-    mlp = ffn_tensors * local_tokens(d) * mlp_width(d) / t
-    # LLaMA-style models train without dropout: no masks (1 byte per element each, 2 of the 10)
-    replicated = replicated - 2.0 * th / sp_div * is_swiglu(d)
-    # narrow GEMMs save their inputs for the weight gradient already cast (Transformer Engine keeps
-    # the fp8 copy, not the 16-bit one): the QKV and fc1 inputs (2 of the replicated 10), the
-    # output-projection input (2 of attention's) and fc2's input (2 of the MLP's) shrink to their
-    # format's bytes. Q, K, V stay 16-bit for the fused attention kernel.
-    tao = local_tokens(d) * attention_out_width(d)
-    saved_gemm_inputs = 4.0 * th / sp_div + 2.0 * tao / t + 2.0 * local_tokens(d) * mlp_width(d) / t
-    narrow_saving = is_narrow(d) * saved_gemm_inputs * (1.0 - gemm_bytes_per_element(d) / 2.0)
-    square = 5.0 * d.micro_batch_size * d.num_heads * (d.seq_length / d.cp) * d.seq_length / t
-    keeps_square = (d.recompute == RECOMPUTE_CODES["none"]).to(t.dtype) * (1.0 - d.flash_attention)
-    softmax_stats = 4.0 * d.micro_batch_size * d.num_heads * d.seq_length / d.cp / t * d.flash_attention
-    # selective recompute with fused attention (whose kernel already recomputes the core) re-runs
-    # the cheap modules instead: the norms and the MLP activation (Megatron-Core recompute_modules
-    # "layernorm" and "mlp"/"moe_act"; torchtitan's per-op selective checkpointing), so their
-    # outputs (the QKV, fc1 and fc2 inputs) are not kept
-    cheap_outputs = 4.0 * th / sp_div + 2.0 * local_tokens(d) * mlp_width(d) / t
-    narrow_scale = 1.0 - is_narrow(d) * (1.0 - gemm_bytes_per_element(d) / 2.0)
-    selective_flash = (d.recompute == RECOMPUTE_CODES["selective"]).to(t.dtype) * d.flash_attention
-    modules_saving = selective_flash * cheap_outputs * narrow_scale
-    full = tr * (replicated + attention + mlp + square * keeps_square + softmax_stats - narrow_saving - modules_saving)
-    lstm_bytes = lstm * 2.0 * local_tokens(d) * d.hidden_size * 7.0  # 4 gates, cell, hidden, input
-    gemm_bytes = is_kind(d, "gemm") * 2.0 * d.micro_batch_size * d.gemm_m * d.gemm_k
-    kept = tr * 2.0 * th / sp_div  # full recompute keeps only the layer input
-    per_layer = torch.where(d.recompute == RECOMPUTE_CODES["full"], kept, full)
-    scale = activation_bytes_per_element(d) / 2.0
-    # full recompute rebuilds one layer's activations at a time in the backward pass: that layer's
-    # whole set is live on top of the kept inputs (Korthikanti et al. 2022, sec. 4.2)
-    transient = torch.where(d.recompute == RECOMPUTE_CODES["full"], full, torch.zeros_like(full)) * scale
-    kept_bytes = (per_layer + lstm_bytes + gemm_bytes) * scale
-    if any_cnn(d):
-        cnn = cnn_terms(d)
-        elem = activation_bytes_per_element(d)
-        kept_bytes = kept_bytes + d.micro_batch_size * (cnn.kept_elements * elem + cnn.index_bytes)
-        transient = transient + d.micro_batch_size * cnn.backward_transient_elements * elem
-    return kept_bytes, transient
-
-
-@per_evaluation
-def activation_bytes_per_layer(d: DesignBatch) -> torch.Tensor:
-    """Activation memory one layer keeps for backward, per micro-batch and device
-    (`layer_activation_bytes`)."""
-    return layer_activation_bytes(d)[0]
-
-
-@per_evaluation
-def recompute_transient_bytes(d: DesignBatch) -> torch.Tensor:
-    """Activations of the one layer full recompute rebuilds at a time in the backward pass (0 unless
-    recompute is full)."""
-    return layer_activation_bytes(d)[1]
-
-
-@per_evaluation
-def recomputed_module_bytes(d: DesignBatch) -> torch.Tensor:
-    """HBM bytes of the forward norms and MLP activation of one layer (read + write, 16-bit): what
-    selective recompute with fused attention runs again (`activation_bytes_per_layer`)."""
-    t = d.tp
-    sp_div = torch.where(d.sequence_parallel > 0, t, 1.0)
-    norms = 2.0 * 2.0 * local_tokens(d) * d.hidden_size / sp_div
-    act = (2.0 + is_swiglu(d)) * local_tokens(d) * mlp_width(d) / t
-    return is_kind(d, "transformer") * activation_bytes_per_element(d) * (norms + act)
 
 
 @per_evaluation

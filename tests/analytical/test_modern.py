@@ -182,8 +182,34 @@ def test_fsdp_combines_with_pipeline_parallelism(h100, make_system, run, llama7b
     assert int(run(h100, make_system(16), llama7b, MappingSpec(**m, fsdp=True)).reason[0]) != int(Reason.ZERO_WITH_PIPELINE)
 
 
+def test_fsdp_under_a_pipeline_keeps_the_stage_unsharded(h100, make_system, design, llama7b):
+    """FSDP2 with pipelining (torchtitan): unsharded 16-bit weights and fp32 gradients held all step,
+    no per-block prefetch buffer; without a pipeline the states stay sharded over dp."""
+    m = dict(tp=1, dp=8, zero_stage=3, fsdp=True, global_batch_size=64, recompute="full")
+    piped = design(h100, make_system(16), llama7b, MappingSpec(pp=2, **m))
+    flat = design(h100, make_system(8), llama7b, MappingSpec(pp=1, **m))
+    params = float(params_per_device(piped)[0])
+    parts = {k: float(v[0]) for k, v in memory_breakdown(piped).items()}
+    assert parts["weights"] == pytest.approx(params * (2.0 / 8.0 + 2.0), rel=1e-12)
+    assert parts["gradients"] == pytest.approx(params * 4.0, rel=1e-12)
+    flat_parts = {k: float(v[0]) for k, v in memory_breakdown(flat).items()}
+    assert flat_parts["weights"] == pytest.approx(float(params_per_device(flat)[0]) * 2.0 / 8.0, rel=1e-12)
+    assert parts["comm_buffers"] < flat_parts["comm_buffers"]  # no gathered-block prefetch on top
+
+
+def test_fsdp_under_a_pipeline_gathers_and_scatters_once_a_step(h100, make_system, run, llama7b):
+    """Doubling the micro-batches leaves the data-parallel time of the held stage unchanged, where
+    FSDP without a pipeline gathers and scatters every micro-batch."""
+    def dp_comm(pp, gbs):
+        mapping = MappingSpec(tp=1, pp=pp, dp=8, zero_stage=3, fsdp=True, global_batch_size=gbs, recompute="full")
+        return float(run(h100, make_system(8 * pp), llama7b, mapping).time_breakdown_s["dp_comm"][0])
+
+    assert dp_comm(2, 64) == pytest.approx(dp_comm(2, 128), rel=1e-12)
+    assert dp_comm(1, 128) > 1.5 * dp_comm(1, 64)
+
+
 def test_full_recompute_holds_one_rebuilt_layer(h100, system, design, llama7b):
-    from analytical.step.workload import activation_bytes_per_layer, recompute_transient_bytes
+    from analytical.step.memory import activation_bytes_per_layer, recompute_transient_bytes
 
     none = design(h100, system, llama7b, MappingSpec(global_batch_size=8, recompute="none"))
     full = design(h100, system, llama7b, MappingSpec(global_batch_size=8, recompute="full"))

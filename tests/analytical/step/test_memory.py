@@ -1,19 +1,21 @@
-"""analytical.step.memory: bytes per parameter (ZeRO, Rajbhandari et al. 2020), sharding, activations in flight."""
+"""analytical.step.memory: bytes per parameter (ZeRO, Rajbhandari et al. 2020), sharding, activations per layer
+(Korthikanti et al. 2022) and in flight."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from analytical import MappingSpec, evaluate
+from analytical import MappingSpec, ModelSpec, evaluate
 from analytical.step.memory import (
     MEMORY_PARTS,
     RUNTIME_RESERVE_BYTES,
+    activation_bytes_per_layer,
     in_flight_micro_batches,
     memory_breakdown,
     params_per_device,
 )
-from analytical.step.workload import activation_bytes_per_layer, total_params
+from analytical.step.workload import total_params
 
 
 def test_parts_sum_to_the_total(a100, make_system, design, gpt3, mixtral, lstm, gemm_model):
@@ -129,3 +131,105 @@ def test_memory_does_not_depend_on_bandwidths(a100, make_system, design, gpt3, r
     fast = evaluate(design(replace(a100, hbm_bw_gb_per_s=4000.0, scale_out_gbit_per_s=800.0), make_system(64),
                            gpt3, MappingSpec(tp=8, pp=8, global_batch_size=64)))
     assert torch.equal(base.memory_per_device_bytes, fast.memory_per_device_bytes)
+
+
+# ---- activation memory, Korthikanti et al. 2022 Table 2 -------------------------------------
+
+
+def rel_close(got: float, want: float, rel: float) -> bool:
+    return abs(got - want) <= rel * abs(want)
+
+
+S, H, A = 2048, 12288, 96  # GPT-3
+
+
+def activations(a100, system, design, gpt3, **mapping) -> float:
+    mapping.setdefault("flash_attention", False)
+    return float(activation_bytes_per_layer(design(a100, system, gpt3, MappingSpec(**mapping)))[0])
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+@pytest.mark.parametrize("b", [1, 4])
+def test_activations_no_sp_no_recompute(a100, system, design, gpt3, t, b):
+    want = S * b * H * (10.0 + 24.0 / t + 5.0 * A * S / (H * t))
+    got = activations(a100, system, design, gpt3, tp=t, micro_batch_size=b)
+    assert rel_close(got, want, 1e-12), (got, want)
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+@pytest.mark.parametrize("b", [1, 4])
+def test_activations_sequence_parallel(a100, system, design, gpt3, t, b):
+    want = S * b * H * (34.0 / t + 5.0 * A * S / (H * t))
+    got = activations(a100, system, design, gpt3, tp=t, micro_batch_size=b, sequence_parallel=True)
+    assert rel_close(got, want, 1e-12), (got, want)
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+@pytest.mark.parametrize("b", [1, 4])
+def test_activations_selective_recompute_with_sp(a100, system, design, gpt3, t, b):
+    want = 34.0 * S * b * H / t
+    got = activations(a100, system, design, gpt3, tp=t, micro_batch_size=b, sequence_parallel=True,
+                      recompute="selective")
+    assert rel_close(got, want, 1e-12), (got, want)
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+@pytest.mark.parametrize("b", [1, 4])
+def test_activations_selective_recompute_without_sp(a100, system, design, gpt3, t, b):
+    want = S * b * H * (10.0 + 24.0 / t)
+    got = activations(a100, system, design, gpt3, tp=t, micro_batch_size=b, recompute="selective")
+    assert rel_close(got, want, 1e-12), (got, want)
+
+
+@pytest.mark.parametrize("t", [1, 2, 4, 8])
+@pytest.mark.parametrize("b", [1, 4])
+def test_activations_full_recompute(a100, system, design, gpt3, t, b):
+    got = activations(a100, system, design, gpt3, tp=t, micro_batch_size=b, recompute="full")
+    assert rel_close(got, 2.0 * S * b * H, 1e-12), got
+
+
+@pytest.mark.parametrize("t", [1, 8])
+def test_flash_attention_drops_the_square(a100, system, design, gpt3, t):
+    no_flash = activations(a100, system, design, gpt3, tp=t, flash_attention=False)
+    flash = activations(a100, system, design, gpt3, tp=t, flash_attention=True)
+    without_square = activations(a100, system, design, gpt3, tp=t, recompute="selective")
+    assert flash < no_flash
+    # flash keeps the non-square tensors plus small softmax statistics (<1% of the layer)
+    assert without_square < flash < 1.01 * without_square
+
+
+def test_fp32_activations_take_twice_the_bytes(a100, system, design, gpt3):
+    assert activations(a100, system, design, gpt3, precision="fp32") == pytest.approx(
+        2.0 * activations(a100, system, design, gpt3, precision="bf16"), rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [1, 8])
+@pytest.mark.parametrize("precision, narrow_bytes", [("fp8", 1.0), ("mxfp8", 1.0 + 1.0 / 32.0),
+                                                     ("nvfp4", 0.5 + 1.0 / 16.0)])
+def test_narrow_formats_save_gemm_inputs_cast(a100, system, design, gpt3, t, precision, narrow_bytes):
+    # Transformer Engine saves the QKV, output-projection, fc1 and fc2 inputs in the GEMM format;
+    # everything else (norm inputs, Q/K/V, GeLU input, masks) stays 16-bit
+    b = 1
+    saved_16bit_bytes = 2.0 * S * b * H * (2.0 + 1.0 / t) + 2.0 * S * b * 4 * H / t
+    want = activations(a100, system, design, gpt3, tp=t) - saved_16bit_bytes * (1.0 - narrow_bytes / 2.0)
+    got = activations(a100, system, design, gpt3, tp=t, precision=precision)
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def test_llama_style_layers_keep_no_dropout_masks(a100, system, design):
+    gelu = ModelSpec(name="g", num_layers=2, hidden_size=1024, num_heads=8, ffn_hidden_size=4096,
+                     vocab_size=1000, seq_length=512)
+    swiglu = ModelSpec(name="s", num_layers=2, hidden_size=1024, num_heads=8, ffn_hidden_size=4096,
+                       ffn_type="swiglu", vocab_size=1000, seq_length=512)
+    m = MappingSpec(flash_attention=True)
+    th = 512 * 1024
+    got = float(activation_bytes_per_layer(design(a100, system, swiglu, m))[0])
+    gelu_bytes = float(activation_bytes_per_layer(design(a100, system, gelu, m))[0])
+    # swiglu adds the gate (2 bytes x tokens x ffn) and drops two 1-byte masks
+    assert got == pytest.approx(gelu_bytes + 2.0 * 512 * 4096 - 2.0 * th, rel=1e-12)
+
+
+def test_context_parallel_splits_activations(a100, system, design, gpt3):
+    one = activations(a100, system, design, gpt3, tp=8, sequence_parallel=True)
+    two = activations(a100, system, design, gpt3, tp=8, sequence_parallel=True, cp=2)
+    assert two == pytest.approx(one / 2.0, rel=1e-12)
