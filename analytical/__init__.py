@@ -11,7 +11,8 @@ from analytical.codes import REASON_TEXT, Reason
 from analytical.design import DesignBatch
 from analytical.specs import AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from analytical.step.model import TIME_PARTS, StepResult, evaluate
+from analytical.result import StepResult
+from analytical.step.model import TIME_PARTS, evaluate
 
 __all__ = ["AcceleratorSpec", "DEFAULT_EFFICIENCY", "DesignBatch", "Efficiency", "MappingSpec", "ModelSpec",
            "REASON_TEXT", "Reason", "SpecError", "StepResult", "SystemSpec", "TIME_PARTS", "evaluate",

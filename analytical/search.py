@@ -55,7 +55,8 @@ from analytical.design import DesignBatch
 from analytical.specs import (DP_MODES, EP_DISPATCHERS, PRECISIONS, RECOMPUTE, AcceleratorSpec, MappingSpec,
                               ModelSpec, SpecError, SystemSpec)
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from analytical.step.model import StepResult, evaluate
+from analytical.result import StepResult
+from analytical.step.model import evaluate
 
 MAPPING_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "micro_batch_size", "recompute",
                   "zero_stage", "distributed_optimizer")

@@ -46,7 +46,8 @@ from analytical.design import DesignBatch
 from analytical.specs import SpecError
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
-from analytical.step.model import StepResult, evaluate
+from analytical.result import StepResult
+from analytical.step.model import evaluate
 
 PARAMETER_KINDS = ("continuous", "integer", "log2", "categorical")
 CATEGORY_CODES = {"precision": PRECISION_CODES, "recompute": RECOMPUTE_CODES, "topology": TOPOLOGY_CODES,

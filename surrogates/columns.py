@@ -35,7 +35,7 @@ from analytical.design import DesignBatch
 from analytical.space import CATEGORY_CODES, DesignSpace, Parameter
 from analytical.specs import SpecError
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from analytical.step.model import StepResult
+from analytical.result import StepResult
 
 SPACE_FORMAT_VERSION = 1
 # DesignBatch fields newer than format 1's first records, with the value that reproduces those

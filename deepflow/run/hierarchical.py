@@ -31,7 +31,8 @@ from analytical.search import MAPPING_FIELDS, SearchOptions, enumerate_mappings_
 from analytical.space import DesignSpace, sample_unit_cube
 from analytical.specs import SpecError
 from analytical.step.efficiency import Efficiency
-from analytical.step.model import StepResult, evaluate
+from analytical.result import StepResult
+from analytical.step.model import evaluate
 
 
 def search_best_mapping(design: DesignBatch, options: Optional[SearchOptions], eff: Efficiency

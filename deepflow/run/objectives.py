@@ -41,7 +41,7 @@ import torch
 from analytical.codes import DTYPE, Reason
 from analytical.design import DesignBatch
 from analytical.specs import SpecError
-from analytical.step.model import StepResult
+from analytical.result import StepResult
 
 OBJECTIVES = ("step_time", "energy", "time_at_power_cap", "time_energy", "time_per_token", "energy_per_token")
 # each outcome column (a log): what it is and its unit, for tables, plots and progress bars

@@ -14,7 +14,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from analytical import evaluate
-from analytical.step.model import StepResult
+from analytical.result import StepResult
 from tests.analytical.conftest import random_design_batch
 
 
