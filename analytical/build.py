@@ -109,6 +109,7 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "dp_mode": DP_MODE_CODES[mapping.dp_mode],
         "ps_shards": mapping.ps_shards,
         "staleness": mapping.staleness,
+        "fused_cross_entropy": float(mapping.fused_cross_entropy),
     }
 
 

@@ -118,6 +118,7 @@ class DesignBatch:
     dp_mode: torch.Tensor  # DP_MODE_CODES
     ps_shards: torch.Tensor
     staleness: torch.Tensor
+    fused_cross_entropy: torch.Tensor
 
     @property
     def batch_size(self) -> int:

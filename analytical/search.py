@@ -52,10 +52,10 @@ import torch
 from analytical.build import single_design
 from analytical.codes import DTYPE, RECOMPUTE_CODES
 from analytical.design import DesignBatch
-from analytical.specs import (DP_MODES, EP_DISPATCHERS, PRECISIONS, RECOMPUTE, AcceleratorSpec, MappingSpec,
-                              ModelSpec, SpecError, SystemSpec)
-from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.result import StepResult
+from analytical.specs import (DP_MODES, EP_DISPATCHERS, MEGATRON_RECOMPUTE, PRECISIONS, RECOMPUTE, AcceleratorSpec,
+                              MappingSpec, ModelSpec, SpecError, SystemSpec)
+from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.model import evaluate
 
 MAPPING_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "micro_batch_size", "recompute",
@@ -81,7 +81,7 @@ class SearchOptions:
     max_micro_batch_size: int = 16
     max_vp: int = 8
     all_divisors: bool = False  # micro-batch and vp: every integer up to the cap, not powers of two
-    recompute: tuple[str, ...] = RECOMPUTE
+    recompute: tuple[str, ...] = MEGATRON_RECOMPUTE  # add "op" to search torchtitan's per-op checkpointing
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     distributed_optimizer: bool = True  # also search the distributed optimizer (with ZeRO stage 0)
     sequence_parallel: bool = True  # also search sequence parallelism (where tp > 1)
@@ -285,7 +285,7 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
         overlap_pp_comm=flag("overlap_pp_comm"), overlap_ep_comm=flag("overlap_ep_comm"),
         ep_dispatcher=EP_DISPATCHERS[num("ep_dispatcher")], offload_layers=num("offload_layers"),
         fused_jobs=num("fused_jobs"), dp_mode=DP_MODES[num("dp_mode")], ps_shards=num("ps_shards"),
-        staleness=num("staleness"))
+        staleness=num("staleness"), fused_cross_entropy=flag("fused_cross_entropy"))
     return mapping.validate()
 
 

@@ -43,10 +43,10 @@ from analytical.chip.spec import CHIP_CATEGORY_CODES, CHIP_FIELDS, IMPLIED_FRACT
 from analytical.codes import (CNN_ARCH_CODES, DP_MODE_CODES, DTYPE, EP_DISPATCHER_CODES, FFN_CODES, KIND_CODES,
                               PRECISION_CODES, RECOMPUTE_CODES, TOPOLOGY_CODES)
 from analytical.design import DesignBatch
+from analytical.result import StepResult
 from analytical.specs import SpecError
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
-from analytical.result import StepResult
 from analytical.step.model import evaluate
 
 PARAMETER_KINDS = ("continuous", "integer", "log2", "categorical")

@@ -28,7 +28,13 @@ PRECISION_FORMAT = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf1
                     "mxfp8": "fp8", "nvfp4": "fp4"}
 FFN_TYPES = ("gelu", "swiglu")
 MODEL_KINDS = ("transformer", "lstm", "gemm", "cnn")
-RECOMPUTE = ("none", "selective", "full")
+# Activation recomputation: `selective` is Megatron's (the attention core; with fused attention the
+# norms and MLP activation), `full` every layer's forward, `op` torchtitan's per-op selective
+# checkpointing (selective_ac_option "op": matmul and attention-kernel outputs saved, every other
+# matmul and all element-wise ops recomputed; torchtitan parallelize_llama.py, _custom_policy)
+RECOMPUTE = ("none", "selective", "full", "op")
+# what the mapping search and the validation's `recompute=auto` try unless told otherwise
+MEGATRON_RECOMPUTE = ("none", "selective", "full")
 TOPOLOGIES = ("fat-tree", "rail-optimized", "torus")
 # How an expert-parallel group moves tokens to their experts and back (Megatron-Core
 # moe_token_dispatcher_type / moe_flex_dispatcher_backend): `alltoall` sends one copy of a token
@@ -333,6 +339,11 @@ class MappingSpec:
     dp_mode: str = "allreduce"  # one of DP_MODES
     ps_shards: int = 0  # parameter-server shards (one per server machine) for dp_mode ps_*
     staleness: int = 0  # ps_sync: steps a worker may run ahead of the slowest (0 = BSP)
+    # the loss as one fused (or compiled) cross-entropy over the 16-bit logits and one fp32 copy
+    # (Megatron's vocab-parallel cross entropy); false: PyTorch's eager F.cross_entropy on
+    # logits.float() (torchtitan before it compiled the loss, 2025-04), whose backward holds three fp32
+    # copies: the saved log-softmax, its incoming gradient and its result
+    fused_cross_entropy: bool = True
 
     def validate(self) -> "MappingSpec":
         spec = f"mapping[{self.name}]"
@@ -353,7 +364,8 @@ class MappingSpec:
             raise SpecError(spec, "staleness", self.staleness,
                             "0 unless dp_mode is ps_sync (ps_async has no bound, allreduce no slack)")
         _check_bool(spec, self, ("sequence_parallel", "fsdp", "distributed_optimizer", "flash_attention",
-                                 "overlap_dp_comm", "overlap_tp_comm", "overlap_pp_comm", "overlap_ep_comm"))
+                                 "overlap_dp_comm", "overlap_tp_comm", "overlap_pp_comm", "overlap_ep_comm",
+                                 "fused_cross_entropy"))
         if self.overlap_ep_comm and self.recompute == "full":
             raise SpecError(spec, "overlap_ep_comm", self.overlap_ep_comm,
                             "false with recompute=full (Megatron-Core's expert-parallel overlap schedules "

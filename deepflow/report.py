@@ -36,6 +36,7 @@ def design_line(accelerator, system, model, mapping) -> str:
             + (f" fused_jobs={mapping.fused_jobs}" if mapping.fused_jobs > 1 else "")
             + (f" dp_mode={mapping.dp_mode} ps_shards={mapping.ps_shards}" if mapping.dp_mode != "allreduce" else "")
             + (f" staleness={mapping.staleness}" if mapping.staleness else "")
+            + ("" if mapping.fused_cross_entropy else " fused_cross_entropy=0")
             + (f" power_limit={accelerator.power_limit_w:g}W" if accelerator.power_limit_w else ""))
 
 

@@ -128,6 +128,7 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
                           flash_attention=bool(int(_opt(row, "flash_attention", int(flash_attention)))),
                           offload_layers=int(_opt(row, "offload_layers", 0)),
                           ep_dispatcher=str(_opt(row, "ep_dispatcher", "alltoall")),
+                          fused_cross_entropy=bool(int(_opt(row, "fused_cross_entropy", 1))),
                           **{f"overlap_{k}_comm": bool(int(_opt(row, f"overlap_{k}_comm", 0)))
                              for k in ("dp", "tp", "pp", "ep")})
     for spec in (system, model, mapping):

@@ -200,7 +200,8 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
     """FLOPs executed and SRAM / HBM bytes moved by one step on all devices, each `(batch,)`.
 
     Per layer and micro-batch on one device: forward, backward (input and weight gradients) and
-    recompute (full: the whole forward; selective: the unfused attention core), as in `analytical.step.model`;
+    recompute (full: the whole forward; selective: the unfused attention core; op: that, half the other
+    matmuls and the memory-bound kernels), as in `analytical.step.model`;
     times layers per stage, micro-batches and devices. The last stage's devices add the logit GEMMs and
     the loss; every device adds its Adam step over its (possibly sharded) parameters.
     """
@@ -216,8 +217,7 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
                 "sram_bytes": _slots(g, live, gemm_sram_bytes(g.m, g.n, g.k, g.count, d.tile_m.unsqueeze(-1),
                                                               d.tile_n.unsqueeze(-1), eg))}
 
-    full = (d.recompute == RECOMPUTE_CODES["full"]).to(d.tp.dtype)
-    selective = (d.recompute == RECOMPUTE_CODES["selective"]).to(d.tp.dtype)
+    full, selective, op = ((d.recompute == RECOMPUTE_CODES[r]).to(d.tp.dtype) for r in ("full", "selective", "op"))
     transformer = is_kind(d, "transformer")
     flash = d.flash_attention * transformer
     flash_flops = attention_core_flops(d) * flash
@@ -227,14 +227,16 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
     core_mem_bytes = 4.5 * scores * elem * (1.0 - d.flash_attention) * transformer
 
     work = {}
-    for name, fwd_extra, bwd_extra, core_extra in (
-            ("flops", flash_flops, 2.5 * flash_flops, 0.0),  # FA2 backward: 5 of the 2 forward matmuls
-            ("hbm_bytes", mb_bytes + qkvo_bytes, 2.0 * (mb_bytes + qkvo_bytes), core_mem_bytes),
-            ("sram_bytes", mb_bytes + qkvo_bytes, 2.0 * (mb_bytes + qkvo_bytes), core_mem_bytes)):
+    for name, fwd_extra, bwd_extra, core_extra, op_extra in (
+            ("flops", flash_flops, 2.5 * flash_flops, 0.0, 0.0),  # FA2 backward: 5 of the 2 forward matmuls
+            ("hbm_bytes", mb_bytes + qkvo_bytes, 2.0 * (mb_bytes + qkvo_bytes), core_mem_bytes, mb_bytes),
+            ("sram_bytes", mb_bytes + qkvo_bytes, 2.0 * (mb_bytes + qkvo_bytes), core_mem_bytes, mb_bytes)):
         gemm_fwd = slot_sum(per_slot[name])
         forward = gemm_fwd + fwd_extra
         backward = 2.0 * gemm_fwd + bwd_extra
-        recompute = full * forward + selective * (per_slot[name][..., CORE_SLOTS].sum(-1) + core_extra)
+        core_gemm = per_slot[name][..., CORE_SLOTS].sum(-1)
+        core = core_gemm + core_extra
+        recompute = full * forward + selective * core + op * (0.5 * (gemm_fwd - core_gemm) + core + op_extra)
         work[name] = forward + backward + recompute
 
     # the last stage: logit GEMMs (forward, input and weight gradients) and the fp32 loss, forward and backward
@@ -300,6 +302,7 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     tokens = local_tokens(d)
     transformer = is_kind(d, "transformer")
     full = (d.recompute == RECOMPUTE_CODES["full"]).to(d.tp.dtype)
+    op = (d.recompute == RECOMPUTE_CODES["op"]).to(d.tp.dtype)  # gathers the tp input again (half the forward)
     domain = d.scale_up_domain
     one = torch.ones_like(d.tp)
     micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
@@ -320,7 +323,7 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
         dedup = dispatch_link_bytes(token_bytes, d.top_k, d.moe_router_num_groups, d.moe_router_group_topk,
                                     d.ep, d.tp * d.cp, domain)
         ep = tuple(torch.where(d.ep_dispatcher > 0, x, y) for x, y in zip(dedup, ep))
-    counts = {"tp": 4.0 + 2.0 * full, "cp": 3.0 + full, "ep": 4.0 + 2.0 * full}  # fwd + bwd (+ recompute)
+    counts = {"tp": 4.0 + 2.0 * full + op, "cp": 3.0 + full, "ep": 4.0 + 2.0 * full}  # fwd + bwd (+ recompute)
 
     # pipeline: a forward activation and a backward gradient per micro-batch and chunk boundary
     # (pp * vp - 1 boundaries), each tp rank sending 1/tp of it (Megatron's scatter-gather)

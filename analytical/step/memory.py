@@ -14,7 +14,8 @@ import torch
 
 from analytical.codes import PRECISION_CODES, RECOMPUTE_CODES
 from analytical.design import DesignBatch
-from analytical.step.attention import any_mla, attention_out_width, attention_width, latent_activation_bytes_per_token
+from analytical.step.attention import (any_mla, attention_out_width, attention_width, latent_activation_bytes_per_token,
+                                       qkv_projection_width)
 from analytical.step.cnn import any_cnn, cnn_terms
 from analytical.step.workload import (
     activation_bytes_per_element,
@@ -122,14 +123,23 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     selective_flash = (d.recompute == RECOMPUTE_CODES["selective"]).to(t.dtype) * d.flash_attention
     modules_saving = selective_flash * cheap_outputs * narrow_scale
     full = tr * (replicated + attention + mlp + square * keeps_square + softmax_stats - narrow_saving - modules_saving)
+    # torchtitan's per-op checkpointing (`op`): the layer input, the attention kernel's output and
+    # statistics, and every other matmul output (its policy saves aten.mm outputs alternately: half
+    # of them on average, i.e. 1 byte per output element at 16 bit); column-parallel outputs are
+    # split over tp, row-parallel ones (before their reduce-scatter) are not
+    op = (d.recompute == RECOMPUTE_CODES["op"]).to(t.dtype)
+    matmul_outputs = local_tokens(d) * (qkv_projection_width(d) + ffn_gate_factor(d) * mlp_width(d) / t
+                                        + 2.0 * d.hidden_size)  # (the QKV width is per device already)
+    op_kept = tr * (2.0 * th / sp_div + 2.0 * tao / t + softmax_stats + matmul_outputs)
     lstm_bytes = lstm * 2.0 * local_tokens(d) * d.hidden_size * 7.0  # 4 gates, cell, hidden, input
     gemm_bytes = is_kind(d, "gemm") * 2.0 * d.micro_batch_size * d.gemm_m * d.gemm_k
     kept = tr * 2.0 * th / sp_div  # full recompute keeps only the layer input
-    per_layer = torch.where(d.recompute == RECOMPUTE_CODES["full"], kept, full)
+    per_layer = torch.where(d.recompute == RECOMPUTE_CODES["full"], kept, torch.where(op > 0, op_kept, full))
     scale = activation_bytes_per_element(d) / 2.0
     # full recompute rebuilds one layer's activations at a time in the backward pass: that layer's
-    # whole set is live on top of the kept inputs (Korthikanti et al. 2022, sec. 4.2)
-    transient = torch.where(d.recompute == RECOMPUTE_CODES["full"], full, torch.zeros_like(full)) * scale
+    # whole set is live on top of the kept inputs (Korthikanti et al. 2022, sec. 4.2); `op` what it did not keep
+    transient = torch.where(d.recompute == RECOMPUTE_CODES["full"], full, op * torch.clamp_min(full - op_kept, 0.0))
+    transient = transient * scale
     kept_bytes = (per_layer + lstm_bytes + gemm_bytes) * scale
     if any_cnn(d):
         cnn = cnn_terms(d)
@@ -202,7 +212,9 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
     kept_layers = torch.clamp_min(layers_per_stage - d.offload_layers, 0.0)  # the rest wait in host memory
     activations = (activation_bytes_per_layer(d) * kept_layers * in_flight_micro_batches(d)
                    + recompute_transient_bytes(d))
-    logits = local_tokens(d) * d.vocab_size / d.tp * (elem + 4.0) * has_vocabulary(d)
+    # the loss's logits: 16-bit ones and an fp32 copy, or an eager fp32 cross-entropy's three fp32 copies
+    logit_bytes = torch.where(d.fused_cross_entropy > 0, elem + 4.0, 12.0)
+    logits = local_tokens(d) * d.vocab_size / d.tp * logit_bytes * has_vocabulary(d)
     message = local_tokens(d) * d.hidden_size * elem
     dense, _ = layer_params(d)
     zero3_prefetch = (zero >= 3).to(dp.dtype) * (1.0 - held) * 2.0 * dense / d.tp * weight_bytes_per_param(d)

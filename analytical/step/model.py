@@ -157,6 +157,9 @@ class _Layer:
     flash_fwd: torch.Tensor
     flash_bwd: torch.Tensor
     core_fwd: torch.Tensor  # unfused attention core (QK^T, AV, softmax and dropout traffic)
+    # what torchtitan's per-op checkpointing (`recompute=op`) runs again: every other matmul (half of
+    # the GEMM time on average), the unfused attention core and every memory-bound kernel
+    op_fwd: torch.Tensor
 
 
 def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer:
@@ -182,9 +185,10 @@ def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer
     backward = slot_sum(bwd_slots) + flash_bwd + 2.0 * fwd_mem
     if eff.layer_overhead_s != 0.0:  # (a calibration may set 0: then no additions of zero)
         forward, backward = forward + eff.layer_overhead_s, backward + eff.layer_overhead_s
+    core_gemm = fwd_slots[..., CORE_SLOTS].sum(-1)
     return _Layer(fwd_slots=fwd_slots, bwd_slots=bwd_slots, forward=forward, backward=backward,
-                  flash_fwd=flash_fwd, flash_bwd=flash_bwd,
-                  core_fwd=fwd_slots[..., CORE_SLOTS].sum(-1) + core_mem)
+                  flash_fwd=flash_fwd, flash_bwd=flash_bwd, core_fwd=core_gemm + core_mem,
+                  op_fwd=0.5 * (slot_sum(fwd_slots) - core_gemm) + core_gemm + core_mem + fwd_mem)
 
 
 def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
@@ -239,7 +243,10 @@ def _output_layer(d: DesignBatch, peak, elem, eff: Efficiency) -> dict[str, torc
     """Logit GEMMs and the fp32 softmax cross-entropy of one micro-batch on the last stage."""
     not_gemm = 1.0 - is_kind(d, "gemm")
     logit_fwd = logit_gemm_flops(d) / (sixteen_bit_peak(d, peak) * eff.gemm_peak_fraction) + d.kernel_launch_s * not_gemm
-    loss = memory_bound_time_s(local_tokens(d) * d.vocab_size / d.tp * (elem + 8.0) * not_gemm, 3.0 * not_gemm,
+    # an eager fp32 cross-entropy (`fused_cross_entropy` false) moves some 20 more bytes a logit over forward
+    # and backward: the fp32 cast, the log-softmax passes, the loss gradient and the cast back
+    logit_bytes = elem + 8.0 + 10.0 * (1.0 - d.fused_cross_entropy)
+    loss = memory_bound_time_s(local_tokens(d) * d.vocab_size / d.tp * logit_bytes * not_gemm, 3.0 * not_gemm,
                                d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
     return {"forward_compute": logit_fwd + loss, "backward_compute": 2.0 * logit_fwd + loss}
 
@@ -308,8 +315,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     layer = _layer_compute(d, gemms, peak, elem, eff)
     comm = _model_parallel_comm(d, layer, links, elem, eff)
 
-    full = (d.recompute == RECOMPUTE_CODES["full"]).to(peak.dtype)
-    selective = (d.recompute == RECOMPUTE_CODES["selective"]).to(peak.dtype)
+    full, selective, op = ((d.recompute == RECOMPUTE_CODES[r]).to(peak.dtype) for r in ("full", "selective", "op"))
     # selective with fused attention: the norms and MLP activation again (memory.activation_bytes_per_layer)
     fused_selective = d.flash_attention * is_kind(d, "transformer")
     modules_fwd = fused_selective * memory_bound_time_s(recomputed_module_bytes(d), 3.0 * fused_selective,
@@ -317,8 +323,9 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     layer_parts = {
         "forward_compute": layer.forward,
         "backward_compute": layer.backward,
-        "recompute": full * layer.forward + selective * (layer.core_fwd + modules_fwd),
-        "tp_comm": comm["tp_fwd"] + comm["tp_bwd"] + full * comm["tp_fwd"],
+        "recompute": full * layer.forward + selective * (layer.core_fwd + modules_fwd) + op * layer.op_fwd,
+        # `op` gathers the sequence-parallel input again (reduce-scatter outputs are saved): half the forward
+        "tp_comm": comm["tp_fwd"] + comm["tp_bwd"] + (full + 0.5 * op) * comm["tp_fwd"],
         "cp_comm": comm["cp_fwd"] + comm["cp_bwd"] + full * comm["cp_fwd"],
         "ep_comm": comm["ep_fwd"] + comm["ep_bwd"] + full * comm["ep_fwd"],
     }
@@ -367,9 +374,11 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
 
     layer_flops, core_flops_seq = layer_forward_flops_per_sequence(d, gemms)
     model_flops = model_flops_per_step(d, gemms, layer_flops)
-    # selective recompute re-runs the unfused attention core only; flash kernels already recompute inside
-    recompute_flops = (full * layer_flops + selective * (1.0 - d.flash_attention) * core_flops_seq) \
-        * d.num_layers * d.global_batch_size
+    # selective recompute re-runs the unfused attention core only (flash kernels already recompute inside),
+    # `op` also half the other matmuls
+    unfused_core = (1.0 - d.flash_attention) * core_flops_seq
+    recompute_flops = (full * layer_flops + selective * unfused_core
+                       + op * (0.5 * (layer_flops - core_flops_seq) + unfused_core)) * d.num_layers * d.global_batch_size
     denominator = step_time * d.num_devices * peak
     return StepResult(
         step_time_s=step_time,

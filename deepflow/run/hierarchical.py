@@ -27,11 +27,11 @@ import torch
 
 from analytical.codes import DTYPE
 from analytical.design import DesignBatch
+from analytical.result import StepResult
 from analytical.search import MAPPING_FIELDS, SearchOptions, enumerate_mappings_of
 from analytical.space import DesignSpace, sample_unit_cube
 from analytical.specs import SpecError
 from analytical.step.efficiency import Efficiency
-from analytical.result import StepResult
 from analytical.step.model import evaluate
 
 

@@ -342,6 +342,9 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
         ps_server_sum_bytes_per_s=ints(0, 1) * uniform(5.0, 100.0) * 1e9,
         straggler_cv=ints(0, 1) * uniform(0.0, 0.3),
     )
+    # torchtitan's per-op checkpointing and its eager fp32 cross-entropy (added last)
+    fields.update(recompute=torch.where(ints(0, 5) == 0, float(RECOMPUTE_CODES["op"]) * one_, fields["recompute"]),
+                  fused_cross_entropy=ints(0, 1))
     fields["num_layers"] = torch.where(cnn, one_, fields["num_layers"])
     fields["seq_length"] = torch.where(cnn, one_, fields["seq_length"])
     return DesignBatch(**fields)

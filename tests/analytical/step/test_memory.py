@@ -233,3 +233,40 @@ def test_context_parallel_splits_activations(a100, system, design, gpt3):
     one = activations(a100, system, design, gpt3, tp=8, sequence_parallel=True)
     two = activations(a100, system, design, gpt3, tp=8, sequence_parallel=True, cp=2)
     assert two == pytest.approx(one / 2.0, rel=1e-12)
+
+
+# ---- torchtitan: per-op checkpointing, the eager fp32 cross-entropy --------------------------
+
+@pytest.mark.parametrize("t", [1, 8])
+def test_per_op_checkpointing_keeps_input_attention_output_and_half_the_matmul_outputs(a100, system, design,
+                                                                                      llama_gqa, t):
+    """torchtitan's `op` policy, per token: the 16-bit layer input (split over tp with sequence
+    parallelism), the attention output, half of every matmul output (column-parallel ones split over
+    tp: 1 byte an element), and fp32 softmax statistics per head."""
+    s, h, heads, kv_heads, ffn = 4096, 8192, 64, 8, 28672
+    qkv = h + 2 * kv_heads * h // heads
+    mapping = MappingSpec(tp=t, sequence_parallel=t > 1, recompute="op", flash_attention=True)
+    got = float(activation_bytes_per_layer(design(a100, system, llama_gqa, mapping))[0])
+    per_token = 2.0 * h / t + 2.0 * h / t + (qkv + 2 * ffn) / t + 2.0 * h
+    assert got == pytest.approx(s * per_token + 4.0 * heads * s / t, rel=1e-12)
+
+
+def test_per_op_checkpointing_sits_between_full_and_none(a100, system, design, llama_gqa):
+    from analytical.step.memory import recompute_transient_bytes
+
+    kept = {r: design(a100, system, llama_gqa, MappingSpec(recompute=r, flash_attention=True))
+            for r in ("none", "op", "full")}
+    none, op, full = (float(activation_bytes_per_layer(kept[r])[0]) for r in ("none", "op", "full"))
+    assert full < op < none
+    # the backward pass rebuilds what the layer did not keep, one layer at a time
+    assert float(recompute_transient_bytes(kept["op"])[0]) == pytest.approx(none - op, rel=1e-12)
+
+
+def test_an_eager_fp32_cross_entropy_holds_twelve_bytes_a_logit(a100, system, design, llama7b):
+    fused = design(a100, system, llama7b, MappingSpec(micro_batch_size=2, global_batch_size=2))
+    eager = design(a100, system, llama7b, MappingSpec(micro_batch_size=2, global_batch_size=2,
+                                                      fused_cross_entropy=False))
+    logits = 2 * 4096 * 32000
+    extra = float(memory_breakdown(eager)["activations"][0] - memory_breakdown(fused)["activations"][0])
+    assert extra == pytest.approx(logits * (12.0 - 6.0), rel=1e-12)
+    assert float(evaluate(eager).step_time_s[0]) > float(evaluate(fused).step_time_s[0])

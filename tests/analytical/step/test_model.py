@@ -378,3 +378,15 @@ def test_selective_recompute_with_flash_attention_claims_no_extra_hardware_flops
     # the same hardware FLOPs: HFU x step time agrees
     assert float(selective.hfu[0] * selective.step_time_s[0]) == pytest.approx(
         float(none.hfu[0] * none.step_time_s[0]), rel=1e-12)
+
+
+def test_per_op_checkpointing_recomputes_half_the_matmuls_and_the_element_wise_kernels(h100, system, run, llama7b):
+    """`recompute=op` (torchtitan): more recompute time than Megatron's selective with flash
+    attention, less than full; its hardware FLOPs add half of the non-attention matmuls."""
+    res = {r: run(h100, system, llama7b, MappingSpec(global_batch_size=8, recompute=r, flash_attention=True))
+           for r in ("selective", "op", "full")}
+    recompute = {r: float(v.time_breakdown_s["recompute"][0]) for r, v in res.items()}
+    assert recompute["selective"] < recompute["op"] < recompute["full"]
+    extra = {r: float(v.hfu[0] - v.mfu[0]) / float(v.mfu[0]) for r, v in res.items()}
+    assert extra["selective"] == 0.0  # flash attention already recomputes its core
+    assert 0.3 * extra["full"] < extra["op"] < 0.5 * extra["full"]
