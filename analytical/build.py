@@ -110,6 +110,7 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "ps_shards": mapping.ps_shards,
         "staleness": mapping.staleness,
         "fused_cross_entropy": float(mapping.fused_cross_entropy),
+        "recompute_layers": mapping.recompute_layers,
     }
 
 

@@ -119,6 +119,7 @@ class DesignBatch:
     ps_shards: torch.Tensor
     staleness: torch.Tensor
     fused_cross_entropy: torch.Tensor
+    recompute_layers: torch.Tensor
 
     @property
     def batch_size(self) -> int:

@@ -285,7 +285,8 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
         overlap_pp_comm=flag("overlap_pp_comm"), overlap_ep_comm=flag("overlap_ep_comm"),
         ep_dispatcher=EP_DISPATCHERS[num("ep_dispatcher")], offload_layers=num("offload_layers"),
         fused_jobs=num("fused_jobs"), dp_mode=DP_MODES[num("dp_mode")], ps_shards=num("ps_shards"),
-        staleness=num("staleness"), fused_cross_entropy=flag("fused_cross_entropy"))
+        staleness=num("staleness"), fused_cross_entropy=flag("fused_cross_entropy"),
+        recompute_layers=num("recompute_layers"))
     return mapping.validate()
 
 

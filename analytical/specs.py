@@ -344,13 +344,19 @@ class MappingSpec:
     # logits.float() (torchtitan before it compiled the loss, 2025-04), whose backward holds three fp32
     # copies: the saved log-softmax, its incoming gradient and its result
     fused_cross_entropy: bool = True
+    # with recompute=full, the layers of each pipeline stage that are recomputed, the others keeping
+    # all their activations (Megatron recompute_method=block with recompute_num_layers; torchtitan's
+    # selective_ac_option k checkpoints every k-th block: num_layers / k); 0: every layer
+    recompute_layers: int = 0
 
     def validate(self) -> "MappingSpec":
         spec = f"mapping[{self.name}]"
         _check_int(spec, self, ("tp", "pp", "cp", "ep", "vp", "micro_batch_size", "global_batch_size", "fused_jobs"))
         if self.dp is not None:
             _check_int(spec, self, ("dp",))
-        _check_int(spec, self, ("zero_stage", "offload_layers"), minimum=0)
+        _check_int(spec, self, ("zero_stage", "offload_layers", "recompute_layers"), minimum=0)
+        if self.recompute_layers and self.recompute != "full":
+            raise SpecError(spec, "recompute_layers", self.recompute_layers, "0 unless recompute is full")
         if self.zero_stage > 3:
             raise SpecError(spec, "zero_stage", self.zero_stage, "0, 1, 2 or 3")
         if self.fsdp and self.zero_stage != 3:

@@ -39,7 +39,7 @@ from analytical.specs import PEAK_FORMATS, AcceleratorSpec
 from analytical.step import collectives as coll
 from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
 from analytical.step.kernels import gemm_flops, gemm_hbm_bytes, gemm_sram_bytes
-from analytical.step.memory import grad_bytes_per_param
+from analytical.step.memory import full_recompute_share, grad_bytes_per_param
 from analytical.step.workload import (
     GEMM_SLOTS,
     Gemms,
@@ -217,7 +217,8 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
                 "sram_bytes": _slots(g, live, gemm_sram_bytes(g.m, g.n, g.k, g.count, d.tile_m.unsqueeze(-1),
                                                               d.tile_n.unsqueeze(-1), eg))}
 
-    full, selective, op = ((d.recompute == RECOMPUTE_CODES[r]).to(d.tp.dtype) for r in ("full", "selective", "op"))
+    selective, op = ((d.recompute == RECOMPUTE_CODES[r]).to(d.tp.dtype) for r in ("selective", "op"))
+    full = full_recompute_share(d)
     transformer = is_kind(d, "transformer")
     flash = d.flash_attention * transformer
     flash_flops = attention_core_flops(d) * flash
@@ -301,7 +302,7 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     elem = activation_bytes_per_element(d)
     tokens = local_tokens(d)
     transformer = is_kind(d, "transformer")
-    full = (d.recompute == RECOMPUTE_CODES["full"]).to(d.tp.dtype)
+    full = full_recompute_share(d)
     op = (d.recompute == RECOMPUTE_CODES["op"]).to(d.tp.dtype)  # gathers the tp input again (half the forward)
     domain = d.scale_up_domain
     one = torch.ones_like(d.tp)

@@ -80,6 +80,15 @@ def optimizer_bytes_per_param(d: DesignBatch) -> torch.Tensor:
 
 
 @per_evaluation
+def full_recompute_share(d: DesignBatch) -> torch.Tensor:
+    """Share of each stage's layers that full recompute rebuilds (`(batch,)`): 0 unless recompute is
+    full; `recompute_layers` of the stage's layers when set, else all of them."""
+    full = (d.recompute == RECOMPUTE_CODES["full"]).to(d.tp.dtype)
+    share = torch.where(d.recompute_layers > 0, torch.clamp_max(d.recompute_layers / stage_layers(d), 1.0), 1.0)
+    return full * share
+
+
+@per_evaluation
 def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """`(kept, transient)`: activation memory one layer keeps for backward, per micro-batch and
     device, and what full recompute holds on top while it rebuilds a layer.
@@ -134,7 +143,9 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     lstm_bytes = lstm * 2.0 * local_tokens(d) * d.hidden_size * 7.0  # 4 gates, cell, hidden, input
     gemm_bytes = is_kind(d, "gemm") * 2.0 * d.micro_batch_size * d.gemm_m * d.gemm_k
     kept = tr * 2.0 * th / sp_div  # full recompute keeps only the layer input
-    per_layer = torch.where(d.recompute == RECOMPUTE_CODES["full"], kept, torch.where(op > 0, op_kept, full))
+    share = full_recompute_share(d)  # partial full recompute: the other layers keep everything
+    per_layer = torch.where(d.recompute == RECOMPUTE_CODES["full"], share * kept + (1.0 - share) * full,
+                            torch.where(op > 0, op_kept, full))
     scale = activation_bytes_per_element(d) / 2.0
     # full recompute rebuilds one layer's activations at a time in the backward pass: that layer's
     # whole set is live on top of the kept inputs (Korthikanti et al. 2022, sec. 4.2); `op` what it did not keep

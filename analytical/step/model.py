@@ -31,8 +31,8 @@ from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
 from analytical.step.kernels import flash_attention_time_s, gemm_time_s, memory_bound_time_s
 from analytical.step.memo import memoizing
-from analytical.step.memory import (fsdp_keeps_unsharded, grad_bytes_per_param, memory_breakdown, params_per_device,
-                                    recomputed_module_bytes)
+from analytical.step.memory import (fsdp_keeps_unsharded, full_recompute_share, grad_bytes_per_param, memory_breakdown,
+                                    params_per_device, recomputed_module_bytes)
 from analytical.step.workload import (
     GEMM_SLOTS,
     activation_bytes_per_element,
@@ -315,7 +315,8 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     layer = _layer_compute(d, gemms, peak, elem, eff)
     comm = _model_parallel_comm(d, layer, links, elem, eff)
 
-    full, selective, op = ((d.recompute == RECOMPUTE_CODES[r]).to(peak.dtype) for r in ("full", "selective", "op"))
+    selective, op = ((d.recompute == RECOMPUTE_CODES[r]).to(peak.dtype) for r in ("selective", "op"))
+    full = full_recompute_share(d)  # 1 where full recompute rebuilds every layer, the share where fewer
     # selective with fused attention: the norms and MLP activation again (memory.activation_bytes_per_layer)
     fused_selective = d.flash_attention * is_kind(d, "transformer")
     modules_fwd = fused_selective * memory_bound_time_s(recomputed_module_bytes(d), 3.0 * fused_selective,

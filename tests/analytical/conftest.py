@@ -345,6 +345,8 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
     # torchtitan's per-op checkpointing and its eager fp32 cross-entropy (added last)
     fields.update(recompute=torch.where(ints(0, 5) == 0, float(RECOMPUTE_CODES["op"]) * one_, fields["recompute"]),
                   fused_cross_entropy=ints(0, 1))
+    full = fields["recompute"] == RECOMPUTE_CODES["full"]
+    fields["recompute_layers"] = torch.where(full & (ints(0, 2) == 0), ints(1, 8), zero)
     fields["num_layers"] = torch.where(cnn, one_, fields["num_layers"])
     fields["seq_length"] = torch.where(cnn, one_, fields["seq_length"])
     return DesignBatch(**fields)

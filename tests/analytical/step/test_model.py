@@ -163,12 +163,24 @@ def test_faster_memory_and_launches_never_increase_step_time(random_designs_20k)
 
 def test_more_recompute_never_reduces_time(random_designs_20k):
     d = random_designs_20k
+    d = d.replace(recompute_layers=torch.zeros_like(d.tp))
     times = [evaluate(d.replace(recompute=float(RECOMPUTE_CODES[r]))).step_time_s
              for r in ("none", "selective", "full")]
     assert torch.all(times[0] <= times[1] * (1 + 1e-12))
     assert torch.all(times[1] <= times[2] * (1 + 1e-12))
     # full recompute is strictly slower unless it hides behind exposed (ZeRO-3) communication
     assert float((times[0] < times[2]).double().mean()) > 0.9
+
+
+def test_recomputing_more_layers_is_never_faster_nor_holds_more_memory(random_designs_20k):
+    """`recompute_layers` (full recompute of some layers of each stage) moves between none and full."""
+    d = random_designs_20k.replace(recompute=torch.full_like(random_designs_20k.tp, float(RECOMPUTE_CODES["full"])))
+    runs = [evaluate(d.replace(recompute_layers=torch.full_like(d.tp, float(k)))) for k in (1, 4, 16, 0)]
+    for fewer, more in zip(runs, runs[1:]):
+        assert torch.all(fewer.step_time_s <= more.step_time_s * (1 + 1e-12))
+        assert torch.all(fewer.memory_per_device_bytes >= more.memory_per_device_bytes * (1 - 1e-12))
+    none = evaluate(d.replace(recompute=torch.zeros_like(d.tp)))
+    assert torch.all(none.step_time_s <= runs[0].step_time_s * (1 + 1e-12))
 
 
 @pytest.mark.parametrize("flash", [True, False])
