@@ -202,10 +202,12 @@ def fsdp_keeps_unsharded(d: DesignBatch) -> torch.Tensor:
 
 def in_flight_micro_batches(d: DesignBatch) -> torch.Tensor:
     """Micro-batches whose activations the first stage holds at once under 1F1B: min(m, pp),
-    times (1 + (pp-1)/(pp vp)) for the interleaved schedule (Korthikanti et al. 2022, sec. 4.2.3)."""
+    times (1 + (pp-1)/(pp vp)) for the interleaved schedule (Korthikanti et al. 2022, sec. 4.2.3), and
+    never more than the m micro-batches there are (an interleaved warm-up of m <= pp runs every
+    micro-batch's forward through every chunk before the first backward)."""
     micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
     interleave = torch.where(d.vp > 1, 1.0 + (d.pp - 1.0) / (d.pp * d.vp), 1.0)
-    return torch.minimum(micro_batches, d.pp) * interleave
+    return torch.minimum(micro_batches, d.pp * interleave)
 
 
 def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict[str, torch.Tensor]:

@@ -126,6 +126,16 @@ def test_interleaving_raises_in_flight_activations(a100, make_system, design, gp
     assert ratio == pytest.approx(1 + 15 / 32, rel=1e-12)
 
 
+def test_an_interleaved_stage_never_holds_more_micro_batches_than_there_are(a100, make_system, design, gpt3):
+    """With m = pp micro-batches the interleaved warm-up runs them all before the first backward:
+    the first stage holds m of them, as many as under plain 1F1B, not 1 + (p - 1) / (p v) times more."""
+    for vp, gbs in ((1, 128), (2, 128), (2, 64)):  # dp = 1024 / (8 * 16) = 8: m = 16, 16, 8
+        d = design(a100, make_system(1024), gpt3, MappingSpec(tp=8, pp=16, vp=vp, global_batch_size=gbs))
+        m = gbs / 8
+        want = min(m, 16 * (1 + 15 / 32)) if vp > 1 else min(m, 16)
+        assert float(in_flight_micro_batches(d)[0]) == pytest.approx(want, rel=1e-12)
+
+
 def test_memory_does_not_depend_on_bandwidths(a100, make_system, design, gpt3, replace):
     base = evaluate(design(a100, make_system(64), gpt3, MappingSpec(tp=8, pp=8, global_batch_size=64)))
     fast = evaluate(design(replace(a100, hbm_bw_gb_per_s=4000.0, scale_out_gbit_per_s=800.0), make_system(64),
