@@ -120,6 +120,7 @@ class DesignBatch:
     staleness: torch.Tensor
     fused_cross_entropy: torch.Tensor
     recompute_layers: torch.Tensor
+    grad_reduce_in_fp32: torch.Tensor
 
     @property
     def batch_size(self) -> int:

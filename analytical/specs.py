@@ -348,6 +348,11 @@ class MappingSpec:
     # all their activations (Megatron recompute_method=block with recompute_num_layers; torchtitan's
     # selective_ac_option k checkpoints every k-th block: num_layers / k); 0: every layer
     recompute_layers: int = 0
+    # 16-bit training keeps fp32 main gradients and reduces them in fp32 (Megatron-LM forces
+    # accumulate_allreduce_grads_in_fp32 with --bf16, arguments.py; FSDP2's reduce_dtype float32 in
+    # torchtitan); false: gradients accumulate and reduce in the 16-bit parameter dtype, 2 bytes a
+    # parameter (Megatron-Bridge's performance recipes set ddp.grad_reduce_in_fp32=False)
+    grad_reduce_in_fp32: bool = True
 
     def validate(self) -> "MappingSpec":
         spec = f"mapping[{self.name}]"
@@ -371,7 +376,7 @@ class MappingSpec:
                             "0 unless dp_mode is ps_sync (ps_async has no bound, allreduce no slack)")
         _check_bool(spec, self, ("sequence_parallel", "fsdp", "distributed_optimizer", "flash_attention",
                                  "overlap_dp_comm", "overlap_tp_comm", "overlap_pp_comm", "overlap_ep_comm",
-                                 "fused_cross_entropy"))
+                                 "fused_cross_entropy", "grad_reduce_in_fp32"))
         if self.overlap_ep_comm and self.recompute == "full":
             raise SpecError(spec, "overlap_ep_comm", self.overlap_ep_comm,
                             "false with recompute=full (Megatron-Core's expert-parallel overlap schedules "

@@ -53,6 +53,7 @@ CASES = [
     (["evaluate", "mapping.recompute=sometimes"], "allowed one of none, selective, full, op"),
     (["evaluate", "mapping.recompute=selective", "mapping.recompute_layers=4"], "mapping.recompute_layers"),
     (["evaluate", "mapping.fused_cross_entropy=maybe"], "mapping.fused_cross_entropy"),
+    (["evaluate", "mapping.grad_reduce_in_fp32=maybe"], "mapping.grad_reduce_in_fp32"),
     (["evaluate", "mapping.colour=red"], "colour"),
     (["evaluate", "model.hidden_size=-1"], "model.hidden_size"),
     (["evaluate", "model.num_layers=0"], "model.num_layers"),

@@ -1,7 +1,8 @@
 """Memory per device: weights, gradients, optimizer state, activations, communication buffers.
 
 Mixed-precision Adam as in Rajbhandari et al. 2020 (ZeRO, sec. 3.1): 16-bit weights, gradients
-(fp32 main gradients for bf16/fp8, as Megatron-LM accumulates them), and 12 bytes per parameter
+(fp32 main gradients for bf16/fp8, as Megatron-LM accumulates them, unless `grad_reduce_in_fp32`
+is off), and 12 bytes per parameter
 of fp32 master weights, momentum and variance. ZeRO stage 1 (or Megatron's distributed optimizer)
 shards the optimizer state over data-parallel ranks, stage 2 also the gradients, stage 3 also the
 weights. Activation memory per layer follows Korthikanti et al. 2022 (Table 2, checked in tests). All results
@@ -69,8 +70,13 @@ def weight_bytes_per_param(d: DesignBatch) -> torch.Tensor:
 
 @per_evaluation
 def grad_bytes_per_param(d: DesignBatch) -> torch.Tensor:
-    fp16 = (d.precision == PRECISION_CODES["fp16"]).to(d.tp.dtype)
-    return 4.0 - 2.0 * fp16
+    """Bytes of each gradient as accumulated and reduced (`(batch,)`): fp32 when training in fp32 or
+    tf32; the fp16 parameter dtype under fp16; fp32 main gradients for bf16 and narrower GEMMs unless
+    `grad_reduce_in_fp32` is off, then the bf16 parameter dtype."""
+    wide = d.precision <= PRECISION_CODES["tf32"]
+    fp16 = d.precision == PRECISION_CODES["fp16"]
+    half = ~wide & (fp16 | (d.grad_reduce_in_fp32 == 0))
+    return 4.0 - 2.0 * half.to(d.tp.dtype)
 
 
 @per_evaluation

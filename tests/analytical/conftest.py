@@ -345,6 +345,7 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
     # torchtitan's per-op checkpointing and its eager fp32 cross-entropy (added last)
     fields.update(recompute=torch.where(ints(0, 5) == 0, float(RECOMPUTE_CODES["op"]) * one_, fields["recompute"]),
                   fused_cross_entropy=ints(0, 1))
+    fields["grad_reduce_in_fp32"] = ints(0, 1)  # 16-bit gradient reduction (added last)
     full = fields["recompute"] == RECOMPUTE_CODES["full"]
     fields["recompute_layers"] = torch.where(full & (ints(0, 2) == 0), ints(1, 8), zero)
     fields["num_layers"] = torch.where(cnn, one_, fields["num_layers"])

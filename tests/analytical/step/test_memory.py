@@ -65,9 +65,13 @@ def test_pipeline_stage_holds_its_layers_and_an_embedding(a100, make_system, des
     ("fp32", 4, 4, 8),
     ("tf32", 4, 4, 8),
     ("fp8", 3, 4, 12),
+    ("bf16/16-bit grads", 2, 2, 12),  # Megatron-Bridge recipes: grad_reduce_in_fp32=False
+    ("fp8/16-bit grads", 3, 2, 12),
+    ("fp32/16-bit grads", 4, 4, 8),  # fp32 parameters: the parameter dtype is fp32
 ])
 def test_bytes_per_parameter(h100, system, design, llama7b, precision, weights, grads, optimizer):
-    d = design(h100, system, llama7b, MappingSpec(precision=precision))
+    precision, _, grads16 = precision.partition("/")
+    d = design(h100, system, llama7b, MappingSpec(precision=precision, grad_reduce_in_fp32=not grads16))
     parts = memory_breakdown(d)
     params = float(params_per_device(d)[0])
     assert float(parts["weights"][0]) == pytest.approx(weights * params, rel=1e-12)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -402,3 +404,13 @@ def test_per_op_checkpointing_recomputes_half_the_matmuls_and_the_element_wise_k
     extra = {r: float(v.hfu[0] - v.mfu[0]) / float(v.mfu[0]) for r, v in res.items()}
     assert extra["selective"] == 0.0  # flash attention already recomputes its core
     assert 0.3 * extra["full"] < extra["op"] < 0.5 * extra["full"]
+
+
+def test_gradients_reduced_in_bf16_halve_the_data_parallel_bytes(h100, make_system, llama7b, run):
+    """Megatron-Bridge's grad_reduce_in_fp32=False: the all-reduce moves 2 bytes a parameter, not 4."""
+    mapping = MappingSpec(global_batch_size=64, precision="fp8")
+    fp32, bf16 = (run(h100, make_system(64), llama7b, dataclasses.replace(mapping, grad_reduce_in_fp32=flag))
+                  for flag in (True, False))
+    ratio = bf16.row(0)["breakdown"]["dp_comm"] / fp32.row(0)["breakdown"]["dp_comm"]
+    assert 0.5 <= ratio < 0.55  # bandwidth-bound: half the bytes, the same latency terms
+    assert float(bf16.energy_j[0]) < float(fp32.energy_j[0])
