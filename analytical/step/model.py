@@ -378,8 +378,9 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     # selective recompute re-runs the unfused attention core only (flash kernels already recompute inside),
     # `op` also half the other matmuls
     unfused_core = (1.0 - d.flash_attention) * core_flops_seq
-    recompute_flops = (full * layer_flops + selective * unfused_core
-                       + op * (0.5 * (layer_flops - core_flops_seq) + unfused_core)) * d.num_layers * d.global_batch_size
+    op_flops = 0.5 * (layer_flops - core_flops_seq) + unfused_core
+    recompute_flops = ((full * layer_flops + selective * unfused_core + op * op_flops)
+                       * d.num_layers * d.global_batch_size)
     denominator = step_time * d.num_devices * peak
     return StepResult(
         step_time_s=step_time,
