@@ -20,7 +20,10 @@ spread evenly over the folds per gpu) or `cv=source` (leave one `source` of the 
 For each fold the constants are fitted on the other rows and the held-out rows are predicted with
 them: `cv_mape_after` is the mean |predicted / measured - 1| over all held-out predictions, and
 `cv_mape_before` the same with the default constants. The constants written are then fitted on all
-rows (`in_sample_mape` is their error on those rows, an optimistic number).
+rows (`in_sample_mape` is their error on those rows, an optimistic number). `prior_sigma` is the
+width of the prior around the shipped constants; `auto` (the default) chooses it by cross-validation
+on the rows being fitted, keeping the shipped constants when no fit predicts held-out rows better
+(deepflow/commands/cross_validation.py).
 
 The calibration file (`out`, deepflow/calibration.py) holds every Efficiency field, per accelerator
 when asked, and how it was made (data path and sha256, fit, cv, n, the cv errors, date, MLflow run).
@@ -32,20 +35,20 @@ error line naming it, before any fitting.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
 from analytical.step.efficiency import Efficiency
-from deepflow.tables import table
-from deepflow.calibration import Calibration, efficiency_dict, predict_calibrated, sha256_of
+from deepflow.calibration import efficiency_dict, predict_calibrated, sha256_of
+from deepflow.commands.cross_validation import choose_prior_sigma, cross_validate, fit_calibration, sigma_label
 from deepflow.presets import ConfigError
+from deepflow.tables import table
 
 FITS = ("global", "per_accelerator")
 CVS = ("kfold", "source")
@@ -98,9 +101,11 @@ def options(cfg) -> dict[str, Any]:
             raise ConfigError(f"fields={list(fields)} is invalid: allowed each constant at most once")
     out["fields"] = fields
     sigma = option(cfg, "prior_sigma")
-    if sigma is not None and (isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not sigma > 0):
-        raise ConfigError(f"prior_sigma={sigma!r} is invalid: allowed a number > 0 (e.g. 0.2) or null (no prior)")
-    out["prior_sigma"] = None if sigma is None else float(sigma)
+    if sigma is not None and sigma != "auto" and (isinstance(sigma, bool) or not isinstance(sigma, (int, float))
+                                                  or not sigma > 0):
+        raise ConfigError(f"prior_sigma={sigma!r} is invalid: allowed auto, a number > 0 (e.g. 0.2) or null "
+                          "(no prior)")
+    out["prior_sigma"] = sigma if sigma in (None, "auto") else float(sigma)
     path = Path(str(option(cfg, "out") or ""))
     if path.suffix not in (".yaml", ".yml"):
         raise ConfigError(f"out={str(path)!r} is invalid: allowed a path ending in .yaml or .yml")
@@ -165,102 +170,6 @@ def check_counts(path: str, rows, gpus: list[str], opts: dict) -> None:
                                   f"{k} constants ({fields}): allowed at least {need} rows per gpu, or fit=global")
 
 
-# ----------------------------------------------------------------------------------------- fitting
-def _log_time(rows, eff: Efficiency) -> np.ndarray:
-    from deepflow.validation import predict
-
-    return np.log(predict(rows, eff)["predicted_s"])
-
-
-def informed_fields(rows, start: Efficiency, fields: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """`(informed, not informed)`: a field informs the fit when moving it to either end of its
-    `FIT_BOUNDS` changes some row's predicted time (else the fit could only drift it)."""
-    from deepflow.validation import FIT_BOUNDS
-
-    base = _log_time(rows, start)
-    informed, idle = [], []
-    for name in fields:
-        moved = [_log_time(rows, dataclasses.replace(start, **{name: float(end)})) for end in FIT_BOUNDS[name]]
-        changed = any(((np.isfinite(m) != np.isfinite(base)) | (np.abs(np.nan_to_num(m - base)) > 1e-9)).any()
-                      for m in moved)
-        (informed if changed else idle).append(name)
-    return tuple(informed), tuple(idle)
-
-
-def _fit(rows, start: Efficiency, fields: tuple[str, ...],
-         prior_sigma: Optional[float]) -> tuple[Efficiency, tuple[str, ...]]:
-    from deepflow.validation import fit_efficiency
-
-    informed, idle = informed_fields(rows, start, fields)
-    return (fit_efficiency(rows, start=start, fields=informed, prior_sigma=prior_sigma) if informed else start), idle
-
-
-def fit_calibration(rows, gpus: list[str], fields: tuple[str, ...], fit: str, min_rows_per_gpu: int = 0,
-                    prior_sigma: Optional[float] = None) -> tuple[Calibration, dict[str, tuple[str, ...]]]:
-    """The constants of `rows` (global, then per gpu for fit=per_accelerator: each gpu's rows,
-    starting from the global fit; a gpu with fewer than `min_rows_per_gpu` rows keeps the global
-    set) and, per set (`"global"` or the gpu), the fields left at their start (not informed).
-    `prior_sigma`: the width of the prior around the starting constants (`fit_efficiency`)."""
-    glob, idle = _fit(rows, Efficiency(), fields, prior_sigma)
-    not_informed = {"global": idle}
-    per = {}
-    if fit == "per_accelerator":
-        for gpu in dict.fromkeys(gpus):
-            mask = np.array([g == gpu for g in gpus])
-            if mask.sum() >= max(min_rows_per_gpu, 1):
-                per[gpu], not_informed[gpu] = _fit(rows.subset(mask), glob, fields, prior_sigma)
-    return Calibration(efficiency=glob, per_accelerator=per), not_informed
-
-
-def fold_masks(rows, gpus: list[str], cv: str, folds: int, seed: int) -> list[tuple[str, np.ndarray]]:
-    """`[(name, held-out mask)]`: k folds (shuffled by `seed`, each gpu's rows spread evenly), or
-    one per source."""
-    n = len(rows.ids)
-    if cv == "source":
-        return [(source, np.array([s == source for s in rows.sources])) for source in dict.fromkeys(rows.sources)]
-    rng = np.random.default_rng(seed)
-    fold = np.empty(n, dtype=int)
-    offset = 0
-    for gpu in dict.fromkeys(gpus):
-        idx = rng.permutation([i for i, g in enumerate(gpus) if g == gpu])
-        fold[idx] = (offset + np.arange(len(idx))) % folds
-        offset += len(idx)
-    return [(f"fold {j + 1}", fold == j) for j in range(folds)]
-
-
-def cross_validate(rows, gpus: list[str], opts: dict, progress: bool = True) -> dict[str, Any]:
-    """Held-out predictions of every row with the default constants and with the constants fitted
-    on the other folds; their errors, overall and per fold."""
-    from deepflow.validation import predict
-
-    n = len(rows.ids)
-    before = predict(rows, Efficiency())["predicted_s"]
-    after = np.full(n, np.nan)
-    per_fold = []
-    for j, (name, held) in enumerate(fold_masks(rows, gpus, opts["cv"], opts["folds"], opts["seed"])):
-        if not held.any():
-            continue
-        start = time.perf_counter()
-        train = ~held
-        train_gpus = [g for g, t in zip(gpus, train) if t]
-        cal, _ = fit_calibration(rows.subset(train), train_gpus, opts["fields"], opts["fit"],
-                                 min_rows_per_gpu=len(opts["fields"]), prior_sigma=opts["prior_sigma"])
-        after[held] = predict_calibrated(rows.subset(held), cal)["predicted_s"]
-        err_b = np.abs(before[held] / rows.measured_s[held] - 1.0)
-        err_a = np.abs(after[held] / rows.measured_s[held] - 1.0)
-        per_fold.append({"held_out": name, "n": int(held.sum()), "mape_before": float(err_b.mean()),
-                         "mape_after": float(err_a.mean())})
-        if progress:
-            print(f"cv {j + 1}: held out {name} ({int(held.sum())} rows): fitted on {int(train.sum())} in "
-                  f"{time.perf_counter() - start:.1f} s, mean |error| {err_b.mean():.1%} -> {err_a.mean():.1%}",
-                  file=sys.stderr, flush=True)
-    err_before = np.abs(before / rows.measured_s - 1.0)
-    err_after = np.abs(after / rows.measured_s - 1.0)
-    return {"cv_mape_before": float(err_before.mean()), "cv_mape_after": float(err_after.mean()),
-            "cv_max_abs_error_before": float(err_before.max()), "cv_max_abs_error_after": float(err_after.max()),
-            "cv_folds": per_fold}
-
-
 # ----------------------------------------------------------------------------------------- MLflow
 def _start_run(uri: str, experiment: str, data: str):
     """`(client, run_id)` of a new MLflow run, or `(None, None)` with a warning when MLflow fails."""
@@ -308,9 +217,14 @@ def _table(result: dict) -> str:
              f"cross-validated mean |error|: {result['cv_mape_before']:.1%} with the default constants -> "
              f"{result['cv_mape_after']:.1%} fitted on the other folds (max {result['cv_max_abs_error_before']:.1%} "
              f"-> {result['cv_max_abs_error_after']:.1%})"]
-    lines.append(table(["held out", "n", "default", "fitted"],
-                       [(f["held_out"][:44], f["n"], f"{f['mape_before']:.1%}", f"{f['mape_after']:.1%}")
-                        for f in result["cv_folds"]], indent=2))
+    auto = result["prior_sigma"] == "auto"
+    lines.append(table(["held out", "n", "default", "fitted", *(["prior_sigma"] if auto else [])],
+                       [(f["held_out"][:44], f["n"], f"{f['mape_before']:.1%}", f"{f['mape_after']:.1%}",
+                         *([sigma_label(f["prior_sigma"])] if auto else [])) for f in result["cv_folds"]], indent=2))
+    if auto:
+        lines.append(f"prior_sigma=auto chose {sigma_label(result['prior_sigma_used'])} on all rows (0: the default "
+                     "constants kept; cv mean |error| by width: "
+                     + ", ".join(f"{k} {v:.1%}" for k, v in result["prior_sigma_cv"].items()) + ")")
     lines.append(f"fitted on all rows: mean |error| {result['in_sample_mape']:.1%} (in sample)")
     per = result.get("per_accelerator", {})
     names = list(per)
@@ -345,14 +259,20 @@ def cmd_calibrate(overrides: list[str]) -> int:
     print(f"calibrating {len(opts['fields'])} constants on {len(rows.ids)} rows of {data} ({opts['fit']}, cv={opts['cv']}) ...",
           file=sys.stderr, flush=True)
     cv = cross_validate(rows, gpus, opts)
-    calibration, idle = fit_calibration(rows, gpus, opts["fields"], opts["fit"], prior_sigma=opts["prior_sigma"])
+    sigma, sigma_scores = opts["prior_sigma"], None
+    if sigma == "auto":  # the width for the constants written: chosen on all rows
+        sigma, sigma_scores = choose_prior_sigma(rows, gpus, opts)
+        print(f"prior_sigma=auto: {sigma_label(sigma)} (cv mean |error| by width: "
+              + ", ".join(f"{k} {v:.2%}" for k, v in sigma_scores.items()) + ")", file=sys.stderr, flush=True)
+    calibration, idle = fit_calibration(rows, gpus, opts["fields"], opts["fit"], prior_sigma=sigma)
     in_sample = np.abs(predict_calibrated(rows, calibration)["predicted_s"] / rows.measured_s - 1.0)
     out_path = opts["out"].resolve()
     result: dict[str, Any] = {
         **{k: cv[k] for k in ("cv_mape_before", "cv_mape_after", "cv_max_abs_error_before", "cv_max_abs_error_after")},
         "n": len(rows.ids), "fit": opts["fit"], "cv": opts["cv"],
         "folds": opts["folds"] if opts["cv"] == "kfold" else len(cv["cv_folds"]), "seed": opts["seed"],
-        "prior_sigma": opts["prior_sigma"], "fields": list(opts["fields"]), "fields_not_informed": list(idle["global"]),
+        "prior_sigma": opts["prior_sigma"], "prior_sigma_used": sigma, "prior_sigma_cv": sigma_scores,
+        "fields": list(opts["fields"]), "fields_not_informed": list(idle["global"]),
         "constants": efficiency_dict(calibration.efficiency), "in_sample_mape": float(in_sample.mean()),
         "data": str(Path(data).resolve()), "data_sha256": sha256_of(data), "calibration_file": str(out_path),
         "cv_folds": cv["cv_folds"]}
@@ -365,8 +285,8 @@ def cmd_calibrate(overrides: list[str]) -> int:
     calibration.provenance = {
         "command": "deepflow calibrate " + " ".join(overrides), "data": result["data"], "data_sha256": result["data_sha256"],
         "fit": opts["fit"], "cv": opts["cv"], "folds": result["folds"], "seed": opts["seed"],
-        "prior_sigma": opts["prior_sigma"], "fields": list(opts["fields"]), "fields_not_informed": list(idle["global"]),
-        "n": len(rows.ids),
+        "prior_sigma": opts["prior_sigma"], "prior_sigma_used": sigma, "fields": list(opts["fields"]),
+        "fields_not_informed": list(idle["global"]), "n": len(rows.ids),
         "gpus": sorted(set(gpus)), "cv_mape_before": result["cv_mape_before"], "cv_mape_after": result["cv_mape_after"],
         "in_sample_mape": result["in_sample_mape"],
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "mlflow_run_id": run_id}
@@ -375,6 +295,7 @@ def cmd_calibrate(overrides: list[str]) -> int:
     if client is not None:
         params = {"data": result["data"], "data_sha256": result["data_sha256"], "fit": opts["fit"], "cv": opts["cv"],
                   "folds": result["folds"], "seed": opts["seed"], "prior_sigma": str(opts["prior_sigma"]),
+                  "prior_sigma_used": sigma_label(sigma),
                   "n": len(rows.ids), "fields": ",".join(opts["fields"]),
                   "fields_not_informed": ",".join(idle["global"]), "calibration_sha256": calibration.sha256}
         metrics = {k: result[k] for k in ("cv_mape_before", "cv_mape_after", "cv_max_abs_error_before",

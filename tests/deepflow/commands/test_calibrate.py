@@ -21,6 +21,7 @@ import yaml
 from analytical import DEFAULT_EFFICIENCY, Efficiency
 from deepflow.calibration import Calibration, predict_calibrated
 from deepflow.cli import main
+from deepflow.commands.cross_validation import AUTO_PRIOR_SIGMAS, sigma_label
 from deepflow.presets import ConfigError
 from deepflow.validation import FIT_FIELDS, predict, read_rows
 
@@ -108,6 +109,33 @@ def test_the_prior_holds_weakly_supported_constants_near_the_defaults(tmp_path, 
         assert min(value, default) <= fitted["0.2"] <= max(value, default)
 
 
+def test_auto_prior_fits_where_the_data_call_for_it(tmp_path, capsys):
+    """prior_sigma=auto (the default) on rows made with other constants: cross-validation prefers a
+    wide prior (or none), and the constants come out near the truth."""
+    truth = dataclasses.replace(Efficiency(), **TRUTH)
+    data = labelled_csv(tmp_path / "runs.csv", {"a100-sxm-80gb": truth})
+    assert calibrate(tmp_path, f"data={data}", "fields=[gemm_peak_fraction,hbm_bw_fraction]", "folds=3",
+                     f"out={tmp_path / 'cal.yaml'}", "output=json", "mlflow=false") == 0
+    result = last_json(capsys)
+    assert result["prior_sigma_used"] in (0.2, None)
+    assert set(result["prior_sigma_cv"]) == {sigma_label(s) for s in AUTO_PRIOR_SIGMAS}
+    # width 0 keeps the defaults, whose error does not depend on the folds
+    assert result["prior_sigma_cv"]["0"] == pytest.approx(result["cv_mape_before"], rel=1e-12)
+    for name, value in TRUTH.items():
+        assert result["constants"][name] == pytest.approx(value, rel=0.05), name
+    assert result["cv_mape_after"] < 0.2 * result["cv_mape_before"]
+
+
+def test_auto_prior_never_worsens_the_cv_error_on_rows_the_defaults_were_fitted_on(tmp_path, capsys):
+    """The issue's check: on published_runs.csv (among the rows the shipped constants were fitted on)
+    calibrating must not make the cross-validated error worse; prior_sigma=auto keeps the defaults
+    unless held-out rows say otherwise."""
+    assert calibrate(tmp_path, f"data={PUBLISHED}", "folds=3", "fields=[gemm_peak_fraction,hbm_bw_fraction]",
+                     f"out={tmp_path / 'cal.yaml'}", "output=json", "mlflow=false") == 0
+    result = last_json(capsys)
+    assert result["cv_mape_after"] <= result["cv_mape_before"]
+
+
 def test_per_accelerator_recovers_each_gpu_and_validate_uses_them(tmp_path, capsys):
     a100 = dataclasses.replace(Efficiency(), gemm_peak_fraction=0.6)
     h100 = dataclasses.replace(Efficiency(), gemm_peak_fraction=0.85)
@@ -139,6 +167,8 @@ def test_published_runs_end_to_end_with_mlflow(tmp_path, monkeypatch, capsys):
                      "fields=[gemm_peak_fraction,hbm_bw_fraction]") == 0
     result = last_json(capsys)
     assert result["n"] == 30 and result["fit"] == "global" and result["cv"] == "kfold"
+    assert result["prior_sigma"] == "auto" and result["prior_sigma_used"] in AUTO_PRIOR_SIGMAS
+    assert all(f["prior_sigma"] in AUTO_PRIOR_SIGMAS for f in result["cv_folds"])  # each fold chose its own
     # the overall cv errors are the row-weighted means of the folds' (the shipped constants were fitted
     # on these rows among others, so "before" is in-sample here and need not be beaten: README, Calibration)
     folds = result["cv_folds"]
@@ -155,6 +185,8 @@ def test_published_runs_end_to_end_with_mlflow(tmp_path, monkeypatch, capsys):
     assert run.info.status == "FINISHED"
     assert run.data.params["data"] == str(PUBLISHED) and run.data.params["fit"] == "global"
     assert run.data.params["cv"] == "kfold" and run.data.params["n"] == "30"
+    assert run.data.params["prior_sigma"] == "auto"
+    assert run.data.params["prior_sigma_used"] == sigma_label(result["prior_sigma_used"])
     assert run.data.metrics["cv_mape_before"] == pytest.approx(result["cv_mape_before"])
     assert run.data.metrics["cv_mape_after"] == pytest.approx(result["cv_mape_after"])
     local = Path(client.download_artifacts(run.info.run_id, "calibration/calibration.yaml", str(tmp_path / "dl")))
@@ -174,7 +206,7 @@ def test_leave_one_source_out_holds_out_each_source(tmp_path, capsys):
 def test_fields_the_data_cannot_inform_keep_their_defaults(tmp_path, capsys):
     # no published row runs fp8: its GEMM fraction changes no prediction, so it is not fitted
     assert calibrate(tmp_path, f"data={PUBLISHED}", "fields=gemm_peak_fraction,narrow_gemm_peak_fraction",  # = [a,b]
-                     "folds=2", "mlflow=false", f"out={tmp_path / 'c.yaml'}", "output=json") == 0
+                     "folds=2", "mlflow=false", f"out={tmp_path / 'c.yaml'}", "output=json", "prior_sigma=0.2") == 0
     result = last_json(capsys)
     assert result["fields_not_informed"] == ["narrow_gemm_peak_fraction"]
     assert result["constants"]["narrow_gemm_peak_fraction"] == Efficiency().narrow_gemm_peak_fraction
@@ -386,7 +418,7 @@ def test_bad_csv_is_one_line_before_any_fitting(edit, extra, needle, tmp_path, c
     (["out=cal.txt"], "out='cal.txt' is invalid"),
     (["data=nowhere.csv"], "data='nowhere.csv': no such file"),
     (["fitt=global"], "fitt"),
-    (["prior_sigma=0"], "prior_sigma=0 is invalid: allowed a number > 0 (e.g. 0.2) or null"),
+    (["prior_sigma=0"], "prior_sigma=0 is invalid: allowed auto, a number > 0 (e.g. 0.2) or null"),
     (["prior_sigma=wide"], "prior_sigma='wide' is invalid"),
 ])
 def test_bad_option_is_one_line(args, needle, tmp_path, monkeypatch, capsys):
