@@ -39,7 +39,7 @@ from analytical.specs import PEAK_FORMATS, AcceleratorSpec
 from analytical.step import collectives as coll
 from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
 from analytical.step.kernels import gemm_flops, gemm_hbm_bytes, gemm_sram_bytes
-from analytical.step.memory import full_recompute_share, grad_bytes_per_param
+from analytical.step.memory import any_op_recompute, full_recompute_share, grad_bytes_per_param
 from analytical.step.workload import (
     GEMM_SLOTS,
     Gemms,
@@ -217,7 +217,8 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
                 "sram_bytes": _slots(g, live, gemm_sram_bytes(g.m, g.n, g.k, g.count, d.tile_m.unsqueeze(-1),
                                                               d.tile_n.unsqueeze(-1), eg))}
 
-    selective, op = ((d.recompute == RECOMPUTE_CODES[r]).to(d.tp.dtype) for r in ("selective", "op"))
+    selective = (d.recompute == RECOMPUTE_CODES["selective"]).to(d.tp.dtype)
+    op = (d.recompute == RECOMPUTE_CODES["op"]).to(d.tp.dtype) if any_op_recompute(d) else None
     full = full_recompute_share(d)
     transformer = is_kind(d, "transformer")
     flash = d.flash_attention * transformer
@@ -237,7 +238,9 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
         backward = 2.0 * gemm_fwd + bwd_extra
         core_gemm = per_slot[name][..., CORE_SLOTS].sum(-1)
         core = core_gemm + core_extra
-        recompute = full * forward + selective * core + op * (0.5 * (gemm_fwd - core_gemm) + core + op_extra)
+        recompute = full * forward + selective * core
+        if op is not None:
+            recompute = recompute + op * (0.5 * (gemm_fwd - core_gemm) + core + op_extra)
         work[name] = forward + backward + recompute
 
     # the last stage: logit GEMMs (forward, input and weight gradients) and the fp32 loss, forward and backward
@@ -303,7 +306,6 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     tokens = local_tokens(d)
     transformer = is_kind(d, "transformer")
     full = full_recompute_share(d)
-    op = (d.recompute == RECOMPUTE_CODES["op"]).to(d.tp.dtype)  # gathers the tp input again (half the forward)
     domain = d.scale_up_domain
     one = torch.ones_like(d.tp)
     micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
@@ -324,7 +326,9 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
         dedup = dispatch_link_bytes(token_bytes, d.top_k, d.moe_router_num_groups, d.moe_router_group_topk,
                                     d.ep, d.tp * d.cp, domain)
         ep = tuple(torch.where(d.ep_dispatcher > 0, x, y) for x, y in zip(dedup, ep))
-    counts = {"tp": 4.0 + 2.0 * full + op, "cp": 3.0 + full, "ep": 4.0 + 2.0 * full}  # fwd + bwd (+ recompute)
+    counts = {"tp": 4.0 + 2.0 * full, "cp": 3.0 + full, "ep": 4.0 + 2.0 * full}  # fwd + bwd (+ recompute)
+    if any_op_recompute(d):  # per-op checkpointing gathers the tp input again (half the forward)
+        counts["tp"] = counts["tp"] + (d.recompute == RECOMPUTE_CODES["op"]).to(d.tp.dtype)
 
     # pipeline: a forward activation and a backward gradient per micro-batch and chunk boundary
     # (pp * vp - 1 boundaries), each tp rank sending 1/tp of it (Megatron's scatter-gather)

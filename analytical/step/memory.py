@@ -73,9 +73,9 @@ def grad_bytes_per_param(d: DesignBatch) -> torch.Tensor:
     """Bytes of each gradient as accumulated and reduced (`(batch,)`): fp32 when training in fp32 or
     tf32; the fp16 parameter dtype under fp16; fp32 main gradients for bf16 and narrower GEMMs unless
     `grad_reduce_in_fp32` is off, then the bf16 parameter dtype."""
-    wide = d.precision <= PRECISION_CODES["tf32"]
-    fp16 = d.precision == PRECISION_CODES["fp16"]
-    half = ~wide & (fp16 | (d.grad_reduce_in_fp32 == 0))
+    half = d.precision == PRECISION_CODES["fp16"]
+    if not bool((d.grad_reduce_in_fp32 > 0).all()):
+        half = half | ((d.precision > PRECISION_CODES["tf32"]) & (d.grad_reduce_in_fp32 == 0))
     return 4.0 - 2.0 * half.to(d.tp.dtype)
 
 
@@ -90,8 +90,17 @@ def full_recompute_share(d: DesignBatch) -> torch.Tensor:
     """Share of each stage's layers that full recompute rebuilds (`(batch,)`): 0 unless recompute is
     full; `recompute_layers` of the stage's layers when set, else all of them."""
     full = (d.recompute == RECOMPUTE_CODES["full"]).to(d.tp.dtype)
+    if not bool((d.recompute_layers > 0).any()):
+        return full
     share = torch.where(d.recompute_layers > 0, torch.clamp_max(d.recompute_layers / stage_layers(d), 1.0), 1.0)
     return full * share
+
+
+@per_evaluation
+def any_op_recompute(d: DesignBatch) -> bool:
+    """Whether any design of the batch uses torchtitan's per-op checkpointing (`recompute=op`); its
+    terms are computed only then (a few dozen tensor operations fewer per evaluation)."""
+    return bool((d.recompute == RECOMPUTE_CODES["op"]).any())
 
 
 @per_evaluation
@@ -138,24 +147,28 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     selective_flash = (d.recompute == RECOMPUTE_CODES["selective"]).to(t.dtype) * d.flash_attention
     modules_saving = selective_flash * cheap_outputs * narrow_scale
     full = tr * (replicated + attention + mlp + square * keeps_square + softmax_stats - narrow_saving - modules_saving)
-    # torchtitan's per-op checkpointing (`op`): the layer input, the attention kernel's output and
-    # statistics, and every other matmul output (its policy saves aten.mm outputs alternately: half
-    # of them on average, i.e. 1 byte per output element at 16 bit); column-parallel outputs are
-    # split over tp, row-parallel ones (before their reduce-scatter) are not
-    op = (d.recompute == RECOMPUTE_CODES["op"]).to(t.dtype)
-    matmul_outputs = local_tokens(d) * (qkv_projection_width(d) + ffn_gate_factor(d) * mlp_width(d) / t
-                                        + 2.0 * d.hidden_size)  # (the QKV width is per device already)
-    op_kept = tr * (2.0 * th / sp_div + 2.0 * tao / t + softmax_stats + matmul_outputs)
     lstm_bytes = lstm * 2.0 * local_tokens(d) * d.hidden_size * 7.0  # 4 gates, cell, hidden, input
     gemm_bytes = is_kind(d, "gemm") * 2.0 * d.micro_batch_size * d.gemm_m * d.gemm_k
     kept = tr * 2.0 * th / sp_div  # full recompute keeps only the layer input
     share = full_recompute_share(d)  # partial full recompute: the other layers keep everything
-    per_layer = torch.where(d.recompute == RECOMPUTE_CODES["full"], share * kept + (1.0 - share) * full,
-                            torch.where(op > 0, op_kept, full))
-    scale = activation_bytes_per_element(d) / 2.0
+    is_full = d.recompute == RECOMPUTE_CODES["full"]
+    per_layer = torch.where(is_full, share * kept + (1.0 - share) * full, full)
     # full recompute rebuilds one layer's activations at a time in the backward pass: that layer's
-    # whole set is live on top of the kept inputs (Korthikanti et al. 2022, sec. 4.2); `op` what it did not keep
-    transient = torch.where(d.recompute == RECOMPUTE_CODES["full"], full, op * torch.clamp_min(full - op_kept, 0.0))
+    # whole set is live on top of the kept inputs (Korthikanti et al. 2022, sec. 4.2)
+    transient = torch.where(is_full, full, 0.0)
+    if any_op_recompute(d):
+        # torchtitan's per-op checkpointing (`op`): the layer input, the attention kernel's output and
+        # statistics, and every other matmul output (its policy saves aten.mm outputs alternately:
+        # half of them on average, i.e. 1 byte per output element at 16 bit); column-parallel outputs
+        # are split over tp, row-parallel ones (before their reduce-scatter) are not. Its backward
+        # rebuilds what it did not keep.
+        op = d.recompute == RECOMPUTE_CODES["op"]
+        matmul_outputs = local_tokens(d) * (qkv_projection_width(d) + ffn_gate_factor(d) * mlp_width(d) / t
+                                            + 2.0 * d.hidden_size)  # (the QKV width is per device already)
+        op_kept = tr * (2.0 * th / sp_div + 2.0 * tao / t + softmax_stats + matmul_outputs)
+        per_layer = torch.where(op, op_kept, per_layer)
+        transient = torch.where(op, torch.clamp_min(full - op_kept, 0.0), transient)
+    scale = activation_bytes_per_element(d) / 2.0
     transient = transient * scale
     kept_bytes = (per_layer + lstm_bytes + gemm_bytes) * scale
     if any_cnn(d):
@@ -191,7 +204,7 @@ def recomputed_module_bytes(d: DesignBatch) -> torch.Tensor:
     return is_kind(d, "transformer") * activation_bytes_per_element(d) * (norms + act)
 
 
-
+@per_evaluation
 def fsdp_keeps_unsharded(d: DesignBatch) -> torch.Tensor:
     """1.0 where FSDP runs under a pipeline schedule (`fsdp`, pp > 1), else 0.0 (`(batch,)`).
 
@@ -204,6 +217,13 @@ def fsdp_keeps_unsharded(d: DesignBatch) -> torch.Tensor:
     dtype (FSDPParam.to_accumulated_grad_if_needed), and are reduce-scattered once per step.
     """
     return ((d.fsdp > 0) & (d.pp > 1)).to(d.tp.dtype)
+
+
+@per_evaluation
+def any_fsdp_unsharded(d: DesignBatch) -> bool:
+    """Whether any design of the batch runs FSDP under a pipeline (`fsdp_keeps_unsharded`); its
+    terms are computed only then."""
+    return bool((fsdp_keeps_unsharded(d) > 0).any())
 
 
 def in_flight_micro_batches(d: DesignBatch) -> torch.Tensor:
@@ -223,8 +243,9 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
     dp = d.dp * d.cp  # context-parallel ranks share weights: states shard over dp x cp
     zero = d.zero_stage
     shard_opt = torch.where((zero >= 1) | (d.distributed_optimizer > 0), dp, 1.0)
-    held = fsdp_keeps_unsharded(d)  # unsharded 16-bit weights and fp32 gradients for the whole step
-    shard_grad = torch.where((zero >= 2) & (held == 0), dp, 1.0)
+    # FSDP under a pipeline: unsharded 16-bit weights and gradients for the whole step, no prefetch
+    held = fsdp_keeps_unsharded(d) if any_fsdp_unsharded(d) else None
+    shard_grad = torch.where((zero >= 2) & (held == 0) if held is not None else zero >= 2, dp, 1.0)
     shard_weight = torch.where(zero >= 3, dp, 1.0)
     elem = activation_bytes_per_element(d)
     layers_per_stage = stage_layers(d)
@@ -232,13 +253,19 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
     activations = (activation_bytes_per_layer(d) * kept_layers * in_flight_micro_batches(d)
                    + recompute_transient_bytes(d))
     # the loss's logits: 16-bit ones and an fp32 copy, or an eager fp32 cross-entropy's three fp32 copies
-    logit_bytes = torch.where(d.fused_cross_entropy > 0, elem + 4.0, 12.0)
+    logit_bytes = elem + 4.0
+    if not bool((d.fused_cross_entropy > 0).all()):
+        logit_bytes = torch.where(d.fused_cross_entropy > 0, logit_bytes, 12.0)
     logits = local_tokens(d) * d.vocab_size / d.tp * logit_bytes * has_vocabulary(d)
     message = local_tokens(d) * d.hidden_size * elem
     dense, _ = layer_params(d)
-    zero3_prefetch = (zero >= 3).to(dp.dtype) * (1.0 - held) * 2.0 * dense / d.tp * weight_bytes_per_param(d)
+    zero3_prefetch = (zero >= 3).to(dp.dtype) * 2.0 * dense / d.tp * weight_bytes_per_param(d)
+    weights = params * weight_bytes_per_param(d) / shard_weight
+    if held is not None:
+        zero3_prefetch = zero3_prefetch * (1.0 - held)
+        weights = weights + params * held * elem
     return {
-        "weights": params * (weight_bytes_per_param(d) / shard_weight + held * elem),
+        "weights": weights,
         "gradients": params * grad_bytes_per_param(d) / shard_grad,
         "optimizer": params * optimizer_bytes_per_param(d) / shard_opt,
         "activations": activations + logits,

@@ -31,8 +31,8 @@ from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
 from analytical.step.kernels import flash_attention_time_s, gemm_time_s, memory_bound_time_s
 from analytical.step.memo import memoizing
-from analytical.step.memory import (fsdp_keeps_unsharded, full_recompute_share, grad_bytes_per_param, memory_breakdown,
-                                    params_per_device, recomputed_module_bytes)
+from analytical.step.memory import (any_fsdp_unsharded, any_op_recompute, fsdp_keeps_unsharded, full_recompute_share,
+                                    grad_bytes_per_param, memory_breakdown, params_per_device, recomputed_module_bytes)
 from analytical.step.workload import (
     GEMM_SLOTS,
     activation_bytes_per_element,
@@ -158,8 +158,9 @@ class _Layer:
     flash_bwd: torch.Tensor
     core_fwd: torch.Tensor  # unfused attention core (QK^T, AV, softmax and dropout traffic)
     # what torchtitan's per-op checkpointing (`recompute=op`) runs again: every other matmul (half of
-    # the GEMM time on average), the unfused attention core and every memory-bound kernel
-    op_fwd: torch.Tensor
+    # the GEMM time on average), the unfused attention core and every memory-bound kernel (None
+    # where no design of the batch uses it)
+    op_fwd: torch.Tensor | None
 
 
 def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer:
@@ -181,14 +182,15 @@ def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer
     scores = d.micro_batch_size * d.num_heads / d.tp * (d.seq_length / d.cp) * d.seq_length
     core_mem = memory_bound_time_s(4.5 * scores * elem * unfused, 2.0 * unfused, d.hbm_bw_bytes_per_s,
                                    d.kernel_launch_s, eff)
-    forward = slot_sum(fwd_slots) + flash_fwd + fwd_mem
+    fwd_gemm = slot_sum(fwd_slots)
+    forward = fwd_gemm + flash_fwd + fwd_mem
     backward = slot_sum(bwd_slots) + flash_bwd + 2.0 * fwd_mem
     if eff.layer_overhead_s != 0.0:  # (a calibration may set 0: then no additions of zero)
         forward, backward = forward + eff.layer_overhead_s, backward + eff.layer_overhead_s
     core_gemm = fwd_slots[..., CORE_SLOTS].sum(-1)
+    op_fwd = 0.5 * (fwd_gemm - core_gemm) + core_gemm + core_mem + fwd_mem if any_op_recompute(d) else None
     return _Layer(fwd_slots=fwd_slots, bwd_slots=bwd_slots, forward=forward, backward=backward,
-                  flash_fwd=flash_fwd, flash_bwd=flash_bwd, core_fwd=core_gemm + core_mem,
-                  op_fwd=0.5 * (slot_sum(fwd_slots) - core_gemm) + core_gemm + core_mem + fwd_mem)
+                  flash_fwd=flash_fwd, flash_bwd=flash_bwd, core_fwd=core_gemm + core_mem, op_fwd=op_fwd)
 
 
 def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
@@ -245,7 +247,9 @@ def _output_layer(d: DesignBatch, peak, elem, eff: Efficiency) -> dict[str, torc
     logit_fwd = logit_gemm_flops(d) / (sixteen_bit_peak(d, peak) * eff.gemm_peak_fraction) + d.kernel_launch_s * not_gemm
     # an eager fp32 cross-entropy (`fused_cross_entropy` false) moves some 20 more bytes a logit over forward
     # and backward: the fp32 cast, the log-softmax passes, the loss gradient and the cast back
-    logit_bytes = elem + 8.0 + 10.0 * (1.0 - d.fused_cross_entropy)
+    logit_bytes = elem + 8.0
+    if not bool((d.fused_cross_entropy > 0).all()):
+        logit_bytes = logit_bytes + 10.0 * (1.0 - d.fused_cross_entropy)
     loss = memory_bound_time_s(local_tokens(d) * d.vocab_size / d.tp * logit_bytes * not_gemm, 3.0 * not_gemm,
                                d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
     return {"forward_compute": logit_fwd + loss, "backward_compute": 2.0 * logit_fwd + loss}
@@ -287,9 +291,12 @@ def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches, ef
     ag = _on_group(coll.group_all_gather_time_s, d, links, weight_bytes, group, stride)
     z, sharded = d.zero_stage, _optimizer_sharded(d)
     zero3_slowdown = torch.where(d.fsdp > 0, 1.0, 1.0 / eff.zero3_comm_fraction)
-    # held unsharded: one gather beside the first forward (its interference shows) and one exposed scatter
-    held = (1.0 - 1.0 / eff.overlap_compute_slowdown) * ag + rs  # as exposed: `_evaluate_chunk` hides no more
-    zero3 = torch.where(fsdp_keeps_unsharded(d) > 0, held, micro_batches * (2.0 * ag + rs) * zero3_slowdown)
+    zero3 = micro_batches * (2.0 * ag + rs) * zero3_slowdown
+    if any_fsdp_unsharded(d):
+        # held unsharded: one gather beside the first forward (its interference shows) and one exposed
+        # scatter, as exposed time (`_evaluate_chunk` hides no more of it)
+        held = (1.0 - 1.0 / eff.overlap_compute_slowdown) * ag + rs
+        zero3 = torch.where(fsdp_keeps_unsharded(d) > 0, held, zero3)
     return torch.where(z >= 3, zero3,
                        torch.where(z >= 2, micro_batches * rs + ag, sharded * (rs + ag) + (1.0 - sharded) * ar))
 
@@ -315,7 +322,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     layer = _layer_compute(d, gemms, peak, elem, eff)
     comm = _model_parallel_comm(d, layer, links, elem, eff)
 
-    selective, op = ((d.recompute == RECOMPUTE_CODES[r]).to(peak.dtype) for r in ("selective", "op"))
+    selective = (d.recompute == RECOMPUTE_CODES["selective"]).to(peak.dtype)
     full = full_recompute_share(d)  # 1 where full recompute rebuilds every layer, the share where fewer
     # selective with fused attention: the norms and MLP activation again (memory.activation_bytes_per_layer)
     fused_selective = d.flash_attention * is_kind(d, "transformer")
@@ -324,12 +331,15 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     layer_parts = {
         "forward_compute": layer.forward,
         "backward_compute": layer.backward,
-        "recompute": full * layer.forward + selective * (layer.core_fwd + modules_fwd) + op * layer.op_fwd,
-        # `op` gathers the sequence-parallel input again (reduce-scatter outputs are saved): half the forward
-        "tp_comm": comm["tp_fwd"] + comm["tp_bwd"] + (full + 0.5 * op) * comm["tp_fwd"],
+        "recompute": full * layer.forward + selective * (layer.core_fwd + modules_fwd),
+        "tp_comm": comm["tp_fwd"] + comm["tp_bwd"] + full * comm["tp_fwd"],
         "cp_comm": comm["cp_fwd"] + comm["cp_bwd"] + full * comm["cp_fwd"],
         "ep_comm": comm["ep_fwd"] + comm["ep_bwd"] + full * comm["ep_fwd"],
     }
+    if layer.op_fwd is not None:  # per-op checkpointing; it also gathers the sequence-parallel input
+        op = (d.recompute == RECOMPUTE_CODES["op"]).to(peak.dtype)  # again: half the forward's tp traffic
+        layer_parts["recompute"] = layer_parts["recompute"] + op * layer.op_fwd
+        layer_parts["tp_comm"] = layer_parts["tp_comm"] + 0.5 * op * comm["tp_fwd"]
     logit_parts = _output_layer(d, peak, elem, eff)
 
     # pipeline: the last stage holds num_layers / pp layers and the output layer
@@ -348,13 +358,16 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     dp_time = _data_parallel_time_s(d, params, links, elem, micro_batches, eff)
     backward_wall = (layers_per_stage * (layer.backward + comm["tp_bwd"] + comm["cp_bwd"] + comm["ep_bwd"])
                      + logit_parts["backward_compute"])
-    zero3, held = d.zero_stage >= 3, fsdp_keeps_unsharded(d) > 0
+    zero3 = d.zero_stage >= 3
+    hidden = (d.overlap_dp_comm > 0) | zero3  # overlapped dp traffic; not FSDP's held once-a-step traffic
+    if any_fsdp_unsharded(d):
+        hidden = hidden & (fsdp_keeps_unsharded(d) == 0)
     overlapped = _exposed(dp_time, torch.where(zero3, micro_batches * stage_max, backward_wall), eff)
 
     breakdown = {k: micro_batches * v for k, v in stage_parts.items()}
     breakdown.update(pipeline_bubble=(d.pp - 1.0) / d.vp * stage_mean,
                      pp_p2p=_pipeline_p2p_s(d, links, elem, micro_batches),
-                     dp_comm=torch.where(((d.overlap_dp_comm > 0) | zero3) & ~held, overlapped, dp_time),
+                     dp_comm=torch.where(hidden, overlapped, dp_time),
                      optimizer=_optimizer_time_s(d, params, eff))
     breakdown = {k: breakdown[k] for k in TIME_PARTS}
     step_time = _total(breakdown.values())
@@ -378,9 +391,11 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     # selective recompute re-runs the unfused attention core only (flash kernels already recompute inside),
     # `op` also half the other matmuls
     unfused_core = (1.0 - d.flash_attention) * core_flops_seq
-    op_flops = 0.5 * (layer_flops - core_flops_seq) + unfused_core
-    recompute_flops = ((full * layer_flops + selective * unfused_core + op * op_flops)
-                       * d.num_layers * d.global_batch_size)
+    recompute_per_layer = full * layer_flops + selective * unfused_core
+    if layer.op_fwd is not None:
+        op = (d.recompute == RECOMPUTE_CODES["op"]).to(peak.dtype)
+        recompute_per_layer = recompute_per_layer + op * (0.5 * (layer_flops - core_flops_seq) + unfused_core)
+    recompute_flops = recompute_per_layer * d.num_layers * d.global_batch_size
     denominator = step_time * d.num_devices * peak
     return StepResult(
         step_time_s=step_time,
