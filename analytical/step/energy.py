@@ -39,7 +39,7 @@ from analytical.specs import PEAK_FORMATS, AcceleratorSpec
 from analytical.step import collectives as coll
 from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
 from analytical.step.kernels import gemm_flops, gemm_hbm_bytes, gemm_sram_bytes
-from analytical.step.memory import any_op_recompute, full_recompute_share, grad_bytes_per_param
+from analytical.step.memory import full_recompute_share, grad_bytes_per_param, op_recompute
 from analytical.step.workload import (
     GEMM_SLOTS,
     Gemms,
@@ -218,7 +218,7 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
                                                               d.tile_n.unsqueeze(-1), eg))}
 
     selective = (d.recompute == RECOMPUTE_CODES["selective"]).to(d.tp.dtype)
-    op = (d.recompute == RECOMPUTE_CODES["op"]).to(d.tp.dtype) if any_op_recompute(d) else None
+    op = op_recompute(d)
     full = full_recompute_share(d)
     transformer = is_kind(d, "transformer")
     flash = d.flash_attention * transformer
@@ -327,8 +327,8 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
                                     d.ep, d.tp * d.cp, domain)
         ep = tuple(torch.where(d.ep_dispatcher > 0, x, y) for x, y in zip(dedup, ep))
     counts = {"tp": 4.0 + 2.0 * full, "cp": 3.0 + full, "ep": 4.0 + 2.0 * full}  # fwd + bwd (+ recompute)
-    if any_op_recompute(d):  # per-op checkpointing gathers the tp input again (half the forward)
-        counts["tp"] = counts["tp"] + (d.recompute == RECOMPUTE_CODES["op"]).to(d.tp.dtype)
+    if op_recompute(d) is not None:  # per-op checkpointing gathers the tp input again (half the forward)
+        counts["tp"] = counts["tp"] + op_recompute(d)
 
     # pipeline: a forward activation and a backward gradient per micro-batch and chunk boundary
     # (pp * vp - 1 boundaries), each tp rank sending 1/tp of it (Megatron's scatter-gather)

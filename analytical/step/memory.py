@@ -97,10 +97,20 @@ def full_recompute_share(d: DesignBatch) -> torch.Tensor:
 
 
 @per_evaluation
-def any_op_recompute(d: DesignBatch) -> bool:
-    """Whether any design of the batch uses torchtitan's per-op checkpointing (`recompute=op`); its
-    terms are computed only then (a few dozen tensor operations fewer per evaluation)."""
-    return bool((d.recompute == RECOMPUTE_CODES["op"]).any())
+def op_recompute(d: DesignBatch) -> torch.Tensor | None:
+    """1.0 where the design uses torchtitan's per-op checkpointing (`recompute=op`), else 0.0
+    (`(batch,)`); None where no design of the batch does, so that its terms are computed only then
+    (a few dozen tensor operations fewer per evaluation)."""
+    op = (d.recompute == RECOMPUTE_CODES["op"]).to(d.tp.dtype)
+    return op if bool(op.any()) else None
+
+
+@per_evaluation
+def eager_cross_entropy(d: DesignBatch) -> torch.Tensor | None:
+    """1.0 where the loss is an eager fp32 cross-entropy (`fused_cross_entropy` false), else 0.0
+    (`(batch,)`); None where no design of the batch has one."""
+    eager = 1.0 - d.fused_cross_entropy
+    return eager if bool((eager > 0).any()) else None
 
 
 @per_evaluation
@@ -156,13 +166,13 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     # full recompute rebuilds one layer's activations at a time in the backward pass: that layer's
     # whole set is live on top of the kept inputs (Korthikanti et al. 2022, sec. 4.2)
     transient = torch.where(is_full, full, 0.0)
-    if any_op_recompute(d):
+    if op_recompute(d) is not None:
         # torchtitan's per-op checkpointing (`op`): the layer input, the attention kernel's output and
         # statistics, and every other matmul output (its policy saves aten.mm outputs alternately:
         # half of them on average, i.e. 1 byte per output element at 16 bit); column-parallel outputs
         # are split over tp, row-parallel ones (before their reduce-scatter) are not. Its backward
         # rebuilds what it did not keep.
-        op = d.recompute == RECOMPUTE_CODES["op"]
+        op = op_recompute(d) > 0
         matmul_outputs = local_tokens(d) * (qkv_projection_width(d) + ffn_gate_factor(d) * mlp_width(d) / t
                                             + 2.0 * d.hidden_size)  # (the QKV width is per device already)
         op_kept = tr * (2.0 * th / sp_div + 2.0 * tao / t + softmax_stats + matmul_outputs)
@@ -243,9 +253,7 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
     dp = d.dp * d.cp  # context-parallel ranks share weights: states shard over dp x cp
     zero = d.zero_stage
     shard_opt = torch.where((zero >= 1) | (d.distributed_optimizer > 0), dp, 1.0)
-    # FSDP under a pipeline: unsharded 16-bit weights and gradients for the whole step, no prefetch
-    held = fsdp_keeps_unsharded(d) if any_fsdp_unsharded(d) else None
-    shard_grad = torch.where((zero >= 2) & (held == 0) if held is not None else zero >= 2, dp, 1.0)
+    grad_sharded = zero >= 2
     shard_weight = torch.where(zero >= 3, dp, 1.0)
     elem = activation_bytes_per_element(d)
     layers_per_stage = stage_layers(d)
@@ -254,19 +262,22 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
                    + recompute_transient_bytes(d))
     # the loss's logits: 16-bit ones and an fp32 copy, or an eager fp32 cross-entropy's three fp32 copies
     logit_bytes = elem + 4.0
-    if not bool((d.fused_cross_entropy > 0).all()):
-        logit_bytes = torch.where(d.fused_cross_entropy > 0, logit_bytes, 12.0)
+    if eager_cross_entropy(d) is not None:
+        logit_bytes = torch.where(eager_cross_entropy(d) > 0, 12.0, logit_bytes)
     logits = local_tokens(d) * d.vocab_size / d.tp * logit_bytes * has_vocabulary(d)
     message = local_tokens(d) * d.hidden_size * elem
     dense, _ = layer_params(d)
     zero3_prefetch = (zero >= 3).to(dp.dtype) * 2.0 * dense / d.tp * weight_bytes_per_param(d)
     weights = params * weight_bytes_per_param(d) / shard_weight
-    if held is not None:
+    if any_fsdp_unsharded(d):
+        # FSDP under a pipeline: unsharded 16-bit weights and gradients for the whole step, no prefetch
+        held = fsdp_keeps_unsharded(d)
+        grad_sharded = grad_sharded & (held == 0)
         zero3_prefetch = zero3_prefetch * (1.0 - held)
         weights = weights + params * held * elem
     return {
         "weights": weights,
-        "gradients": params * grad_bytes_per_param(d) / shard_grad,
+        "gradients": params * grad_bytes_per_param(d) / torch.where(grad_sharded, dp, 1.0),
         "optimizer": params * optimizer_bytes_per_param(d) / shard_opt,
         "activations": activations + logits,
         "comm_buffers": 2.0 * message + zero3_prefetch,

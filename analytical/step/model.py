@@ -31,8 +31,9 @@ from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
 from analytical.step.kernels import flash_attention_time_s, gemm_time_s, memory_bound_time_s
 from analytical.step.memo import memoizing
-from analytical.step.memory import (any_fsdp_unsharded, any_op_recompute, fsdp_keeps_unsharded, full_recompute_share,
-                                    grad_bytes_per_param, memory_breakdown, params_per_device, recomputed_module_bytes)
+from analytical.step.memory import (any_fsdp_unsharded, eager_cross_entropy, fsdp_keeps_unsharded, full_recompute_share,
+                                    grad_bytes_per_param, memory_breakdown, op_recompute, params_per_device,
+                                    recomputed_module_bytes)
 from analytical.step.workload import (
     GEMM_SLOTS,
     activation_bytes_per_element,
@@ -188,7 +189,7 @@ def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer
     if eff.layer_overhead_s != 0.0:  # (a calibration may set 0: then no additions of zero)
         forward, backward = forward + eff.layer_overhead_s, backward + eff.layer_overhead_s
     core_gemm = fwd_slots[..., CORE_SLOTS].sum(-1)
-    op_fwd = 0.5 * (fwd_gemm - core_gemm) + core_gemm + core_mem + fwd_mem if any_op_recompute(d) else None
+    op_fwd = 0.5 * (fwd_gemm - core_gemm) + core_gemm + core_mem + fwd_mem if op_recompute(d) is not None else None
     return _Layer(fwd_slots=fwd_slots, bwd_slots=bwd_slots, forward=forward, backward=backward,
                   flash_fwd=flash_fwd, flash_bwd=flash_bwd, core_fwd=core_gemm + core_mem, op_fwd=op_fwd)
 
@@ -248,8 +249,8 @@ def _output_layer(d: DesignBatch, peak, elem, eff: Efficiency) -> dict[str, torc
     # an eager fp32 cross-entropy (`fused_cross_entropy` false) moves some 20 more bytes a logit over forward
     # and backward: the fp32 cast, the log-softmax passes, the loss gradient and the cast back
     logit_bytes = elem + 8.0
-    if not bool((d.fused_cross_entropy > 0).all()):
-        logit_bytes = logit_bytes + 10.0 * (1.0 - d.fused_cross_entropy)
+    if eager_cross_entropy(d) is not None:
+        logit_bytes = logit_bytes + 10.0 * eager_cross_entropy(d)
     loss = memory_bound_time_s(local_tokens(d) * d.vocab_size / d.tp * logit_bytes * not_gemm, 3.0 * not_gemm,
                                d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
     return {"forward_compute": logit_fwd + loss, "backward_compute": 2.0 * logit_fwd + loss}
@@ -336,8 +337,9 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
         "cp_comm": comm["cp_fwd"] + comm["cp_bwd"] + full * comm["cp_fwd"],
         "ep_comm": comm["ep_fwd"] + comm["ep_bwd"] + full * comm["ep_fwd"],
     }
-    if layer.op_fwd is not None:  # per-op checkpointing; it also gathers the sequence-parallel input
-        op = (d.recompute == RECOMPUTE_CODES["op"]).to(peak.dtype)  # again: half the forward's tp traffic
+    op = op_recompute(d)
+    if op is not None:
+        # per-op checkpointing; it also gathers the sequence-parallel input again (half the forward's tp traffic)
         layer_parts["recompute"] = layer_parts["recompute"] + op * layer.op_fwd
         layer_parts["tp_comm"] = layer_parts["tp_comm"] + 0.5 * op * comm["tp_fwd"]
     logit_parts = _output_layer(d, peak, elem, eff)
@@ -392,8 +394,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     # `op` also half the other matmuls
     unfused_core = (1.0 - d.flash_attention) * core_flops_seq
     recompute_per_layer = full * layer_flops + selective * unfused_core
-    if layer.op_fwd is not None:
-        op = (d.recompute == RECOMPUTE_CODES["op"]).to(peak.dtype)
+    if op is not None:
         recompute_per_layer = recompute_per_layer + op * (0.5 * (layer_flops - core_flops_seq) + unfused_core)
     recompute_flops = recompute_per_layer * d.num_layers * d.global_batch_size
     denominator = step_time * d.num_devices * peak
