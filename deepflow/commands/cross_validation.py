@@ -106,13 +106,15 @@ def choose_prior_sigma(rows, gpus: list[str], opts: dict) -> tuple[Optional[floa
     a difference that is noise."""
     inner = {**opts, "cv": "kfold", "folds": min(AUTO_INNER_FOLDS, len(rows.ids))}
     runs = {sigma: cross_validate(rows, gpus, {**inner, "prior_sigma": sigma}, progress=False)
-            for sigma in AUTO_PRIOR_SIGMAS}
+            for sigma in AUTO_PRIOR_SIGMAS if sigma != 0.0}
+    fitted = next(iter(runs.values()))  # width 0 fits nothing: its errors are the starting constants'
+    runs[0.0] = {"cv_mape_after": fitted["cv_mape_before"], "abs_errors_after": fitted["abs_errors_before"]}
     scores = {sigma: run["cv_mape_after"] for sigma, run in runs.items()}
     best = min(AUTO_PRIOR_SIGMAS, key=lambda sigma: scores[sigma])
     errors = runs[best]["abs_errors_after"]
     standard_error = float(np.std(errors, ddof=1) / np.sqrt(len(errors))) if len(errors) > 1 else 0.0
     chosen = next(sigma for sigma in AUTO_PRIOR_SIGMAS if scores[sigma] <= scores[best] + standard_error)
-    return chosen, {sigma_label(sigma): score for sigma, score in scores.items()}
+    return chosen, {sigma_label(sigma): scores[sigma] for sigma in AUTO_PRIOR_SIGMAS}
 
 
 def cross_validate(rows, gpus: list[str], opts: dict, progress: bool = True) -> dict[str, Any]:
@@ -150,4 +152,4 @@ def cross_validate(rows, gpus: list[str], opts: dict, progress: bool = True) -> 
     err_after = np.abs(after / rows.measured_s - 1.0)
     return {"cv_mape_before": float(err_before.mean()), "cv_mape_after": float(err_after.mean()),
             "cv_max_abs_error_before": float(err_before.max()), "cv_max_abs_error_after": float(err_after.max()),
-            "cv_folds": per_fold, "abs_errors_after": err_after}
+            "cv_folds": per_fold, "abs_errors_before": err_before, "abs_errors_after": err_after}
