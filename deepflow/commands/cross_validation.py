@@ -26,6 +26,7 @@ from deepflow.calibration import Calibration, predict_calibrated
 AUTO_PRIOR_SIGMAS: tuple[Optional[float], ...] = (0.0, 0.05, 0.2, None)
 AUTO_INNER_FOLDS = 3  # folds of the cross-validation that chooses the width (nested in each outer fold)
 
+
 def _log_time(rows, eff: Efficiency) -> np.ndarray:
     from deepflow.validation import predict
 
