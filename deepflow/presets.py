@@ -8,6 +8,7 @@ config so that a wrong type or an unknown key fails with the field's name.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ def to_spec(group: str, values: dict[str, Any] | DictConfig) -> Any:
     for key in values:
         if key not in known:
             raise ConfigError(f"{group}.{key} is not a field of {group}: allowed {', '.join(sorted(known))}")
+    _check_flags(group, cls, values)
     try:
         typed = OmegaConf.merge(OmegaConf.structured(cls), values)
         spec = OmegaConf.to_object(typed)
@@ -60,6 +62,19 @@ def to_spec(group: str, values: dict[str, Any] | DictConfig) -> Any:
         return spec.validate()
     except SpecError as exc:
         raise ConfigError(f"{group}.{exc.field} = {exc.value!r} is invalid: allowed {exc.allowed}") from None
+
+
+# what a bool field takes; OmegaConf alone would also read 2, -1 or "yes" as true
+FLAG_VALUES = (True, False, 0, 1, "true", "false", "True", "False")
+
+
+def _check_flags(group: str, cls: type, values: dict[str, Any]) -> None:
+    """A bool field's value is true, false, 0 or 1 (a number from the command line, or its text)."""
+    hints = typing.get_type_hints(cls)
+    for key, value in values.items():
+        if hints.get(key) is bool and not any(value is v or (type(value) is type(v) and value == v)
+                                              for v in FLAG_VALUES):
+            raise ConfigError(f"{group}.{key} = {value!r} is invalid: allowed true, false, 0 or 1")
 
 
 def load_preset(group: str, name: str, **overrides: Any) -> Any:

@@ -39,7 +39,8 @@ from analytical.specs import PEAK_FORMATS, AcceleratorSpec
 from analytical.step import collectives as coll
 from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
 from analytical.step.kernels import gemm_flops, gemm_hbm_bytes, gemm_sram_bytes
-from analytical.step.memory import full_recompute_share, grad_bytes_per_param, op_recompute
+from analytical.step.memory import (full_recompute_share, grad_bytes_per_param, op_recompute, optimizer_sharded,
+                                    sharded_params, weight_groups)
 from analytical.step.workload import (
     GEMM_SLOTS,
     Gemms,
@@ -257,8 +258,7 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
 
     micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
     stage_devices = d.tp * d.cp * d.dp
-    sharded = ((d.zero_stage >= 1) | (d.distributed_optimizer > 0)).to(d.tp.dtype)
-    optimizer_bytes = params / (sharded * d.dp + (1.0 - sharded)) * ADAM_BYTES_PER_PARAM
+    optimizer_bytes = sharded_params(weight_groups(d, params), optimizer_sharded(d)) * ADAM_BYTES_PER_PARAM
     optimizer = {"flops": torch.zeros_like(params), "hbm_bytes": optimizer_bytes, "sram_bytes": optimizer_bytes}
     return {name: micro_batches * stage_devices * (d.num_layers * work[name] + logits[name])
             + stage_devices * d.pp * optimizer[name] for name in work}
@@ -336,12 +336,16 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
         * d.tp * d.cp * d.dp
     crosses = (d.pp * d.tp * d.cp * d.dp > domain).to(d.tp.dtype)
 
-    grad_bytes = params * grad_bytes_per_param(d)
-    weight_bytes = params * elem
-    group, stride = d.dp * d.cp, d.tp  # as analytical.step.model: dp x cp ranks share the weights
-    ar = all_reduce_link_bytes(grad_bytes, group, stride, domain)
-    rs = all_gather_link_bytes(grad_bytes, group, stride, domain)
-    ag = all_gather_link_bytes(weight_bytes, group, stride, domain)
+    # as analytical.step.model: one collective per class of weights over the ranks that share them
+    groups = weight_groups(d, params)
+
+    def over_groups(link_bytes, bytes_per_param):
+        per_group = [link_bytes(p * bytes_per_param, g, s, domain) for p, g, s in groups]
+        return tuple(sum(level) for level in zip(*per_group))
+
+    ar = over_groups(all_reduce_link_bytes, grad_bytes_per_param(d))
+    rs = over_groups(all_gather_link_bytes, grad_bytes_per_param(d))
+    ag = over_groups(all_gather_link_bytes, elem)
     z = d.zero_stage
     sharded = ((z >= 1) | (d.distributed_optimizer > 0)).to(d.tp.dtype)
 

@@ -2,11 +2,11 @@
 
 Mixed-precision Adam as in Rajbhandari et al. 2020 (ZeRO, sec. 3.1): 16-bit weights, gradients
 (fp32 main gradients for bf16/fp8, as Megatron-LM accumulates them, unless `grad_reduce_in_fp32`
-is off), and 12 bytes per parameter
-of fp32 master weights, momentum and variance. ZeRO stage 1 (or Megatron's distributed optimizer)
-shards the optimizer state over data-parallel ranks, stage 2 also the gradients, stage 3 also the
-weights. Activation memory per layer follows Korthikanti et al. 2022 (Table 2, checked in tests). All results
-are `(batch,)` tensors in bytes.
+is off), and 12 bytes per parameter of fp32 master weights, momentum and variance. ZeRO stage 1
+(or Megatron's distributed optimizer) shards the optimizer state over data-parallel ranks (an
+expert's over its dp x cp / ep replicas, `weight_groups`), stage 2 also the gradients, stage 3
+also the weights. Activation memory per layer follows Korthikanti et al. 2022 (Table 2, checked
+in tests). All results are `(batch,)` tensors in bytes.
 """
 
 from __future__ import annotations
@@ -63,9 +63,56 @@ def params_per_device(d: DesignBatch) -> torch.Tensor:
 
 
 @per_evaluation
+def any_expert_parallel(d: DesignBatch) -> bool:
+    """Whether any design of the batch splits MoE experts over ep > 1 ranks (`weight_groups` then
+    tells the expert weights apart)."""
+    return bool(((d.ep > 1) & (d.num_experts > 1)).any())
+
+
+@per_evaluation
+def expert_params_per_device(d: DesignBatch) -> torch.Tensor:
+    """The expert weights among `params_per_device` where ep > 1 (0 where ep = 1: experts then share
+    the dense weights' data-parallel group)."""
+    _, expert = layer_params(d)
+    per_job = torch.where(d.ep > 1, stage_layers(d) * expert / (d.tp * d.ep), 0.0)
+    return per_job * d.fused_jobs if any_fused(d) else per_job
+
+
+def weight_groups(d: DesignBatch, params: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...]:
+    """`(params, group, stride)` of each class of a device's weights by the data-parallel group that
+    reduces their gradients and shards their optimizer state (and, under ZeRO-2/3, gradients and
+    weights); each `(batch,)`.
+
+    Dense weights: the dp x cp ranks tp apart that hold the same shard (Megatron-Core's
+    data-parallel-with-context group). Experts split over tp x ep ranks: the dp x cp / ep replicas
+    of each expert shard, tp x ep ranks apart (Megatron-Core's expert-data-parallel group: world /
+    (etp ep pp) ranks in the expert order tp-ep-dp-pp, parallel_state.initialize_model_parallel,
+    with etp = tp; DistributedDataParallel reduces expert gradients over it and the distributed
+    optimizer shards their state over it). At least 1 rank: an expert held once is not reduced."""
+    dense = ((params, d.dp * d.cp, d.tp),)
+    if not any_expert_parallel(d):
+        return dense
+    expert = expert_params_per_device(d)
+    replicas = torch.where(d.ep > 1, torch.clamp_min(d.dp * d.cp / d.ep, 1.0), 1.0)
+    return (params - expert, d.dp * d.cp, d.tp), (expert, replicas, d.tp * d.ep)
+
+
+def sharded_params(groups, shard: torch.Tensor) -> torch.Tensor:
+    """Parameters a device keeps of `weight_groups` where `shard` (bool, `(batch,)`) splits each
+    class over its data-parallel group, all of them where it does not."""
+    return sum(p / torch.where(shard, g, 1.0) for p, g, _ in groups)
+
+
+@per_evaluation
 def weight_bytes_per_param(d: DesignBatch) -> torch.Tensor:
     wide = (d.precision <= PRECISION_CODES["tf32"]).to(d.tp.dtype)
     return 2.0 + 2.0 * wide + is_narrow(d) * gemm_bytes_per_element(d)  # narrow: a bf16 weight and its cast copy
+
+
+def optimizer_sharded(d: DesignBatch) -> torch.Tensor:
+    """Where the optimizer state is sharded over the data-parallel group (ZeRO >= 1 or Megatron's
+    distributed optimizer); bool `(batch,)`."""
+    return (d.zero_stage >= 1) | (d.distributed_optimizer > 0)
 
 
 @per_evaluation
@@ -250,11 +297,9 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
     """Bytes per device by part (`MEMORY_PARTS`), each `(batch,)`; `params` is
     `params_per_device(d)` when the caller already has it."""
     params = params_per_device(d) if params is None else params
-    dp = d.dp * d.cp  # context-parallel ranks share weights: states shard over dp x cp
+    groups = weight_groups(d, params)  # states shard over dp x cp (experts: dp x cp / ep) ranks
     zero = d.zero_stage
-    shard_opt = torch.where((zero >= 1) | (d.distributed_optimizer > 0), dp, 1.0)
     grad_sharded = zero >= 2
-    shard_weight = torch.where(zero >= 3, dp, 1.0)
     elem = activation_bytes_per_element(d)
     layers_per_stage = stage_layers(d)
     kept_layers = torch.clamp_min(layers_per_stage - d.offload_layers, 0.0)  # the rest wait in host memory
@@ -267,8 +312,8 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
     logits = local_tokens(d) * d.vocab_size / d.tp * logit_bytes * has_vocabulary(d)
     message = local_tokens(d) * d.hidden_size * elem
     dense, _ = layer_params(d)
-    zero3_prefetch = (zero >= 3).to(dp.dtype) * 2.0 * dense / d.tp * weight_bytes_per_param(d)
-    weights = params * weight_bytes_per_param(d) / shard_weight
+    zero3_prefetch = (zero >= 3).to(params.dtype) * 2.0 * dense / d.tp * weight_bytes_per_param(d)
+    weights = sharded_params(groups, zero >= 3) * weight_bytes_per_param(d)
     if any_fsdp_unsharded(d):
         # FSDP under a pipeline: unsharded 16-bit weights and gradients for the whole step, no prefetch
         held = fsdp_keeps_unsharded(d)
@@ -277,9 +322,9 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
         weights = weights + params * held * elem
     return {
         "weights": weights,
-        "gradients": params * grad_bytes_per_param(d) / torch.where(grad_sharded, dp, 1.0),
-        "optimizer": params * optimizer_bytes_per_param(d) / shard_opt,
+        "gradients": sharded_params(groups, grad_sharded) * grad_bytes_per_param(d),
+        "optimizer": sharded_params(groups, optimizer_sharded(d)) * optimizer_bytes_per_param(d),
         "activations": activations + logits,
         "comm_buffers": 2.0 * message + zero3_prefetch,
-        "runtime_reserve": torch.full_like(dp, RUNTIME_RESERVE_BYTES),
+        "runtime_reserve": torch.full_like(params, RUNTIME_RESERVE_BYTES),
     }

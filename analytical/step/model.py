@@ -32,8 +32,8 @@ from analytical.step.feasibility import mapping_reasons, peak_for_precision
 from analytical.step.kernels import flash_attention_time_s, gemm_time_s, memory_bound_time_s
 from analytical.step.memo import memoizing
 from analytical.step.memory import (any_fsdp_unsharded, eager_cross_entropy, fsdp_keeps_unsharded, full_recompute_share,
-                                    grad_bytes_per_param, memory_breakdown, op_recompute, params_per_device,
-                                    recomputed_module_bytes)
+                                    grad_bytes_per_param, memory_breakdown, op_recompute, optimizer_sharded,
+                                    params_per_device, recomputed_module_bytes, sharded_params, weight_groups)
 from analytical.step.workload import (
     GEMM_SLOTS,
     activation_bytes_per_element,
@@ -267,8 +267,11 @@ def _pipeline_p2p_s(d: DesignBatch, links, elem, micro_batches) -> torch.Tensor:
     return 2.0 * p2p * (steady + d.pp - 1.0)
 
 
-def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches, eff: Efficiency) -> torch.Tensor:
-    """Data-parallel / ZeRO communication per step, before overlap.
+def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches,
+                          eff: Efficiency) -> tuple[torch.Tensor, torch.Tensor]:
+    """Data-parallel / ZeRO communication per step, before overlap: `(total, gather)`, where `gather`
+    is the part of `total` that all-gathers the updated weights of Megatron's distributed optimizer
+    for the next step's forward pass (DeepSpeed's ZeRO-1/2 gather them inside the optimizer step).
 
     ZeRO-0: all-reduce of the gradients, or their push to and pull from parameter servers
     (`dp_mode` ps_*, `collectives.group_parameter_server_time_s`). ZeRO-1 or distributed optimizer:
@@ -277,20 +280,24 @@ def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches, ef
     `zero3_comm_fraction` of the collective bound for DeepSpeed's per-module collectives, at the
     bound itself for FSDP's whole-block ones (`fsdp`); once per step under a pipeline schedule
     (`memory.fsdp_keeps_unsharded`)."""
-    grad_bytes = params * grad_bytes_per_param(d)
-    weight_bytes = params * elem  # gathered in the 16-bit (fp32: 32-bit) training dtype
     # context-parallel ranks hold the same weights: gradients are reduced and the optimizer state
-    # sharded over dp x cp (Megatron-Core's data-parallel-with-context group; torchtitan's dp_shard_cp)
-    group, stride = d.dp * d.cp, d.tp
-    ar = _on_group(coll.group_all_reduce_time_s, d, links, grad_bytes, group, stride)
+    # sharded over dp x cp (Megatron-Core's data-parallel-with-context group; torchtitan's dp_shard_cp);
+    # experts over their own replicas (`memory.weight_groups`), one collective per class
+    groups = weight_groups(d, params)
+
+    def over_groups(collective, bytes_per_param):
+        return _total(_on_group(collective, d, links, p * bytes_per_param, g, s) for p, g, s in groups)
+
+    grad_bytes = grad_bytes_per_param(d)
+    ar = over_groups(coll.group_all_reduce_time_s, grad_bytes)
     if any_parameter_server(d):  # parameter servers instead (skipped where no design uses them)
-        ps = coll.group_parameter_server_time_s(grad_bytes, group, stride, d.scale_up_domain, *links, d.ps_shards,
-                                                d.ps_server_bw_bytes_per_s * eff.scale_out_bw_fraction,
-                                                d.ps_server_sum_bytes_per_s)
+        ps = _total(coll.group_parameter_server_time_s(p * grad_bytes, g, s, d.scale_up_domain, *links, d.ps_shards,
+                                                       d.ps_server_bw_bytes_per_s * eff.scale_out_bw_fraction,
+                                                       d.ps_server_sum_bytes_per_s) for p, g, s in groups)
         ar = torch.where(d.dp_mode > 0, ps, ar)
-    rs = _on_group(coll.group_all_gather_time_s, d, links, grad_bytes, group, stride)
-    ag = _on_group(coll.group_all_gather_time_s, d, links, weight_bytes, group, stride)
-    z, sharded = d.zero_stage, _optimizer_sharded(d)
+    rs = over_groups(coll.group_all_gather_time_s, grad_bytes)
+    ag = over_groups(coll.group_all_gather_time_s, elem)  # weights gathered in the 16-bit (fp32: 32-bit) dtype
+    z, sharded = d.zero_stage, optimizer_sharded(d).to(d.tp.dtype)
     zero3_slowdown = torch.where(d.fsdp > 0, 1.0, 1.0 / eff.zero3_comm_fraction)
     zero3 = micro_batches * (2.0 * ag + rs) * zero3_slowdown
     if any_fsdp_unsharded(d):
@@ -298,17 +305,15 @@ def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches, ef
         # scatter, as exposed time (`_evaluate_chunk` hides no more of it)
         held = (1.0 - 1.0 / eff.overlap_compute_slowdown) * ag + rs
         zero3 = torch.where(fsdp_keeps_unsharded(d) > 0, held, zero3)
-    return torch.where(z >= 3, zero3,
-                       torch.where(z >= 2, micro_batches * rs + ag, sharded * (rs + ag) + (1.0 - sharded) * ar))
-
-
-def _optimizer_sharded(d: DesignBatch) -> torch.Tensor:
-    return ((d.zero_stage >= 1) | (d.distributed_optimizer > 0)).to(d.tp.dtype)
+    total = torch.where(z >= 3, zero3,
+                        torch.where(z >= 2, micro_batches * rs + ag, sharded * (rs + ag) + (1.0 - sharded) * ar))
+    gather = torch.where((z < 2) & (d.distributed_optimizer > 0), ag, 0.0)
+    return total, gather
 
 
 def _optimizer_time_s(d: DesignBatch, params, eff: Efficiency) -> torch.Tensor:
     """Adam over this device's (possibly sharded) parameters: a memory-bound multi-tensor kernel."""
-    opt_params = params / torch.where(_optimizer_sharded(d) > 0, d.dp * d.cp, torch.ones_like(d.dp))
+    opt_params = sharded_params(weight_groups(d, params), optimizer_sharded(d))
     return memory_bound_time_s(opt_params * ADAM_BYTES_PER_PARAM, torch.full_like(d.dp, 4.0),
                                d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
 
@@ -354,17 +359,26 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
 
     # ZeRO-3 implementations (DeepSpeed, FSDP) always prefetch parameters: their gathers overlap
     # the whole step. Otherwise, with overlap on, the reduction hides behind the last micro-batch's
-    # backward pass (its wall time: compute and exposed tp/cp/ep communication). Either way the
-    # compute beside the collective slows down (`_exposed`, `Efficiency.overlap_compute_slowdown`).
+    # backward pass and the distributed optimizer's weight gather behind the first micro-batch's
+    # forward pass (their wall times: compute and exposed tp/cp/ep communication; Megatron-Core's
+    # overlap_grad_reduce and overlap_param_gather). Either way the compute beside the collective
+    # slows down (`_exposed`, `Efficiency.overlap_compute_slowdown`).
     params = params_per_device(d)
-    dp_time = _data_parallel_time_s(d, params, links, elem, micro_batches, eff)
+    dp_time, dp_gather = _data_parallel_time_s(d, params, links, elem, micro_batches, eff)
     backward_wall = (layers_per_stage * (layer.backward + comm["tp_bwd"] + comm["cp_bwd"] + comm["ep_bwd"])
                      + logit_parts["backward_compute"])
+    forward_wall = (layers_per_stage * (layer.forward + comm["tp_fwd"] + comm["cp_fwd"] + comm["ep_fwd"])
+                    + logit_parts["forward_compute"])
     zero3 = d.zero_stage >= 3
     hidden = (d.overlap_dp_comm > 0) | zero3  # overlapped dp traffic; not FSDP's held once-a-step traffic
     if any_fsdp_unsharded(d):
         hidden = hidden & (fsdp_keeps_unsharded(d) == 0)
-    overlapped = _exposed(dp_time, torch.where(zero3, micro_batches * stage_max, backward_wall), eff)
+    # (a merged forward-and-backward unit of the 1F1B expert-parallel overlap, `overlap_ep_comm`, hides
+    # both as one: its exposed dispatch is charged to the backward half)
+    split = _exposed(dp_time - dp_gather, backward_wall, eff) + _exposed(dp_gather, forward_wall, eff)
+    if bool((d.overlap_ep_comm > 0).any()):
+        split = torch.where(d.overlap_ep_comm > 0, _exposed(dp_time, forward_wall + backward_wall, eff), split)
+    overlapped = torch.where(zero3, _exposed(dp_time, micro_batches * stage_max, eff), split)
 
     breakdown = {k: micro_batches * v for k, v in stage_parts.items()}
     breakdown.update(pipeline_bubble=(d.pp - 1.0) / d.vp * stage_mean,

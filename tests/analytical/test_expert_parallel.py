@@ -99,3 +99,52 @@ def test_the_search_keeps_the_dispatcher_and_drops_full_recompute_with_overlap(h
         SearchOptions(ep_dispatcher="nccl").validate()
     with pytest.raises(SpecError):
         SearchOptions(recompute=("full",), overlap_ep_comm=True).validate()
+
+
+# ---- data parallelism of the experts: their gradients and states live on dp x cp / ep replicas ----
+
+def _serial_dp(**changes) -> MappingSpec:
+    """Distributed optimizer, no overlap: the data-parallel breakdown is the collectives' time."""
+    return MappingSpec(**{"dp": 32, "ep": 32, "global_batch_size": 256, "distributed_optimizer": True, **changes})
+
+
+def test_experts_held_once_are_not_reduced(run, h100, make_system):
+    """ep = dp: every expert lives on one rank only, so wider experts add no data-parallel traffic
+    (Megatron-Core reduces expert gradients over the expert-data-parallel group, here of one)."""
+    system = make_system(32)
+    wide = dataclasses.replace(MOE, moe_ffn_hidden_size=2048)
+    one, two = (run(h100, system, m, _serial_dp()) for m in (MOE, wide))
+    assert float(one.time_breakdown_s["dp_comm"][0]) == pytest.approx(float(two.time_breakdown_s["dp_comm"][0]),
+                                                                       rel=1e-12)
+    assert float(two.memory_breakdown_bytes["weights"][0]) > float(one.memory_breakdown_bytes["weights"][0])
+
+
+def test_expert_replicas_one_per_node_reduce_through_the_nic(design, h100, make_system):
+    """ep 8 inside each node of 8, dp 32: each expert shard has 4 replicas, one per node, so its
+    gradients are reduce-scattered and its weights gathered across the 4 nodes through each GPU's
+    NIC in full ((n-1)/n of the bytes), not first inside the node as the dense weights are."""
+    from analytical.step.memo import memoizing
+    from analytical.step.memory import expert_params_per_device, grad_bytes_per_param
+    from analytical.step.model import _links
+
+    system = make_system(32)
+    wide = dataclasses.replace(MOE, moe_ffn_hidden_size=2048)
+    d64, d128 = (design(h100, system, m, _serial_dp(ep=8)) for m in (MOE, wide))
+    extra_params = float(expert_params_per_device(d128)[0] - expert_params_per_device(d64)[0])
+    *_, out_bw, _ = _links(memoizing(d64), DEFAULT_EFFICIENCY)
+    per_byte = 0.75 / float(out_bw[0])  # (n-1)/n over 4 nodes
+    expected = extra_params * (float(grad_bytes_per_param(d64)[0]) + 2.0) * per_byte  # fp32 grads, bf16 weights
+    dp64, dp128 = (float(evaluate(d).time_breakdown_s["dp_comm"][0]) for d in (d64, d128))
+    assert dp128 - dp64 == pytest.approx(expected, rel=1e-9)
+
+
+def test_distributed_optimizer_shards_expert_state_over_its_replicas(design, h100, make_system):
+    """Optimizer state: dense weights over dp x cp ranks, experts over dp x cp / ep (12 bytes per
+    parameter of fp32 master weights, momentum and variance)."""
+    from analytical.step.memory import expert_params_per_device, params_per_device
+
+    d = design(h100, make_system(32), MOE, _serial_dp(ep=8))
+    params, expert = float(params_per_device(d)[0]), float(expert_params_per_device(d)[0])
+    assert 0 < expert < params
+    optimizer = float(evaluate(d).memory_breakdown_bytes["optimizer"][0])
+    assert optimizer == pytest.approx(12.0 * ((params - expert) / 32 + expert / 4), rel=1e-12)

@@ -76,3 +76,20 @@ def test_memo_lives_on_a_private_copy_only(random_designs_20k):
     first = layer_params(memo_batch)
     assert layer_params(memo_batch) is first  # computed once on the memoizing copy
     assert layer_params(d) is not layer_params(d)  # recomputed on a plain batch
+
+
+def test_sharded_optimizer_gather_hides_behind_the_forward_pass(a100, make_system, small_gpt, design):
+    """With overlap and a distributed optimizer, the gradient reduce-scatter hides behind the last
+    micro-batch's backward and the weight all-gather behind the first one's forward (Megatron-Core
+    overlap_grad_reduce / overlap_param_gather). With 16-bit gradients the two are equal halves of
+    the reduction; short sequences make it longer than the backward pass."""
+    eff = dataclasses.replace(DEFAULT_EFFICIENCY, overlap_compute_slowdown=1.0)
+    model = dataclasses.replace(small_gpt, seq_length=128)
+    serial = MappingSpec(dp=16, global_batch_size=16, distributed_optimizer=True, grad_reduce_in_fp32=False)
+    comm = _dp(evaluate(design(a100, make_system(16), model, serial), eff))
+    result = evaluate(design(a100, make_system(16), model, dataclasses.replace(serial, overlap_dp_comm=True)), eff)
+    backward = float(result.time_breakdown_s["backward_compute"][0])
+    forward = float(result.time_breakdown_s["forward_compute"][0])
+    assert comm > backward  # the backward pass alone could not hide it
+    assert _dp(result) == pytest.approx(max(comm / 2 - backward, 0.0) + max(comm / 2 - forward, 0.0), abs=1e-12)
+    assert _dp(result) < comm - backward

@@ -47,6 +47,18 @@ def test_unknown_field_and_wrong_type_are_named():
         load_preset("model", available("model")[0], num_layers=0)
 
 
+@pytest.mark.parametrize("value", [2, -1, "yes", "on", 1.0])
+def test_a_flag_takes_only_true_false_0_or_1(value):
+    """OmegaConf alone reads any non-zero number or "yes" as true; a flag names its allowed values."""
+    with pytest.raises(ConfigError, match=r"mapping.sequence_parallel = .* allowed true, false, 0 or 1"):
+        to_spec("mapping", {"sequence_parallel": value})
+
+
+@pytest.mark.parametrize("value, expected", [(1, True), (0, False), (True, True), ("false", False)])
+def test_a_flag_reads_true_false_0_and_1(value, expected):
+    assert to_spec("mapping", {"sequence_parallel": value, "tp": 2}).sequence_parallel is expected
+
+
 @pytest.mark.parametrize("name", available("space"))
 def test_every_space_config_samples_and_evaluates(name):
     from deepflow.config import space_from_config
