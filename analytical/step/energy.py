@@ -340,8 +340,12 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     groups = weight_groups(d, params)
 
     def over_groups(link_bytes, bytes_per_param):
-        per_group = [link_bytes(p * bytes_per_param, g, s, domain) for p, g, s in groups]
-        return tuple(sum(level) for level in zip(*per_group))
+        (p, g, s), *rest = groups
+        up, out = link_bytes(p * bytes_per_param, g, s, domain)
+        for p, g, s in rest:
+            more_up, more_out = link_bytes(p * bytes_per_param, g, s, domain)
+            up, out = up + more_up, out + more_out
+        return up, out
 
     ar = over_groups(all_reduce_link_bytes, grad_bytes_per_param(d))
     rs = over_groups(all_gather_link_bytes, grad_bytes_per_param(d))

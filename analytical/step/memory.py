@@ -100,7 +100,11 @@ def weight_groups(d: DesignBatch, params: torch.Tensor) -> tuple[tuple[torch.Ten
 def sharded_params(groups, shard: torch.Tensor) -> torch.Tensor:
     """Parameters a device keeps of `weight_groups` where `shard` (bool, `(batch,)`) splits each
     class over its data-parallel group, all of them where it does not."""
-    return sum(p / torch.where(shard, g, 1.0) for p, g, _ in groups)
+    (p, g, _), *rest = groups
+    kept = p / torch.where(shard, g, 1.0)
+    for p, g, _ in rest:
+        kept = kept + p / torch.where(shard, g, 1.0)
+    return kept
 
 
 @per_evaluation
@@ -109,6 +113,7 @@ def weight_bytes_per_param(d: DesignBatch) -> torch.Tensor:
     return 2.0 + 2.0 * wide + is_narrow(d) * gemm_bytes_per_element(d)  # narrow: a bf16 weight and its cast copy
 
 
+@per_evaluation
 def optimizer_sharded(d: DesignBatch) -> torch.Tensor:
     """Where the optimizer state is sharded over the data-parallel group (ZeRO >= 1 or Megatron's
     distributed optimizer); bool `(batch,)`."""

@@ -271,7 +271,8 @@ def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches,
                           eff: Efficiency) -> tuple[torch.Tensor, torch.Tensor]:
     """Data-parallel / ZeRO communication per step, before overlap: `(total, gather)`, where `gather`
     is the part of `total` that all-gathers the updated weights of Megatron's distributed optimizer
-    for the next step's forward pass (DeepSpeed's ZeRO-1/2 gather them inside the optimizer step).
+    for the next step's forward pass (DeepSpeed's ZeRO-1/2 gather them inside the optimizer step);
+    None where no design of the batch has one.
 
     ZeRO-0: all-reduce of the gradients, or their push to and pull from parameter servers
     (`dp_mode` ps_*, `collectives.group_parameter_server_time_s`). ZeRO-1 or distributed optimizer:
@@ -284,19 +285,20 @@ def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches,
     # sharded over dp x cp (Megatron-Core's data-parallel-with-context group; torchtitan's dp_shard_cp);
     # experts over their own replicas (`memory.weight_groups`), one collective per class
     groups = weight_groups(d, params)
+    grads = [(p * grad_bytes_per_param(d), g, s) for p, g, s in groups]
+    weights = [(p * elem, g, s) for p, g, s in groups]  # gathered in the 16-bit (fp32: 32-bit) training dtype
 
-    def over_groups(collective, bytes_per_param):
-        return _total(_on_group(collective, d, links, p * bytes_per_param, g, s) for p, g, s in groups)
+    def over_groups(collective, buffers):
+        return _total(_on_group(collective, d, links, b, g, s) for b, g, s in buffers)
 
-    grad_bytes = grad_bytes_per_param(d)
-    ar = over_groups(coll.group_all_reduce_time_s, grad_bytes)
+    ar = over_groups(coll.group_all_reduce_time_s, grads)
     if any_parameter_server(d):  # parameter servers instead (skipped where no design uses them)
-        ps = _total(coll.group_parameter_server_time_s(p * grad_bytes, g, s, d.scale_up_domain, *links, d.ps_shards,
+        ps = _total(coll.group_parameter_server_time_s(b, g, s, d.scale_up_domain, *links, d.ps_shards,
                                                        d.ps_server_bw_bytes_per_s * eff.scale_out_bw_fraction,
-                                                       d.ps_server_sum_bytes_per_s) for p, g, s in groups)
+                                                       d.ps_server_sum_bytes_per_s) for b, g, s in grads)
         ar = torch.where(d.dp_mode > 0, ps, ar)
-    rs = over_groups(coll.group_all_gather_time_s, grad_bytes)
-    ag = over_groups(coll.group_all_gather_time_s, elem)  # weights gathered in the 16-bit (fp32: 32-bit) dtype
+    rs = over_groups(coll.group_all_gather_time_s, grads)
+    ag = over_groups(coll.group_all_gather_time_s, weights)
     z, sharded = d.zero_stage, optimizer_sharded(d).to(d.tp.dtype)
     zero3_slowdown = torch.where(d.fsdp > 0, 1.0, 1.0 / eff.zero3_comm_fraction)
     zero3 = micro_batches * (2.0 * ag + rs) * zero3_slowdown
@@ -307,8 +309,8 @@ def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches,
         zero3 = torch.where(fsdp_keeps_unsharded(d) > 0, held, zero3)
     total = torch.where(z >= 3, zero3,
                         torch.where(z >= 2, micro_batches * rs + ag, sharded * (rs + ag) + (1.0 - sharded) * ar))
-    gather = torch.where((z < 2) & (d.distributed_optimizer > 0), ag, 0.0)
-    return total, gather
+    distributed = (z < 2) & (d.distributed_optimizer > 0)
+    return total, (torch.where(distributed, ag, 0.0) if bool(distributed.any()) else None)
 
 
 def _optimizer_time_s(d: DesignBatch, params, eff: Efficiency) -> torch.Tensor:
@@ -367,18 +369,23 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     dp_time, dp_gather = _data_parallel_time_s(d, params, links, elem, micro_batches, eff)
     backward_wall = (layers_per_stage * (layer.backward + comm["tp_bwd"] + comm["cp_bwd"] + comm["ep_bwd"])
                      + logit_parts["backward_compute"])
-    forward_wall = (layers_per_stage * (layer.forward + comm["tp_fwd"] + comm["cp_fwd"] + comm["ep_fwd"])
-                    + logit_parts["forward_compute"])
     zero3 = d.zero_stage >= 3
     hidden = (d.overlap_dp_comm > 0) | zero3  # overlapped dp traffic; not FSDP's held once-a-step traffic
     if any_fsdp_unsharded(d):
         hidden = hidden & (fsdp_keeps_unsharded(d) == 0)
-    # (a merged forward-and-backward unit of the 1F1B expert-parallel overlap, `overlap_ep_comm`, hides
-    # both as one: its exposed dispatch is charged to the backward half)
-    split = _exposed(dp_time - dp_gather, backward_wall, eff) + _exposed(dp_gather, forward_wall, eff)
-    if bool((d.overlap_ep_comm > 0).any()):
-        split = torch.where(d.overlap_ep_comm > 0, _exposed(dp_time, forward_wall + backward_wall, eff), split)
-    overlapped = torch.where(zero3, _exposed(dp_time, micro_batches * stage_max, eff), split)
+    window = torch.where(zero3, micro_batches * stage_max, backward_wall)
+    if dp_gather is None:
+        overlapped = _exposed(dp_time, window, eff)
+    else:
+        forward_wall = (layers_per_stage * (layer.forward + comm["tp_fwd"] + comm["cp_fwd"] + comm["ep_fwd"])
+                        + logit_parts["forward_compute"])
+        if bool((d.overlap_ep_comm > 0).any()):
+            # a merged forward-and-backward unit of the 1F1B expert-parallel overlap (`overlap_ep_comm`)
+            # hides both as one: its exposed dispatch is charged to the backward half
+            merged = (d.overlap_ep_comm > 0) & ~zero3
+            window = torch.where(merged, window + forward_wall, window)
+            dp_gather = torch.where(merged, 0.0, dp_gather)
+        overlapped = _exposed(dp_time - dp_gather, window, eff) + _exposed(dp_gather, forward_wall, eff)
 
     breakdown = {k: micro_batches * v for k, v in stage_parts.items()}
     breakdown.update(pipeline_bubble=(d.pp - 1.0) / d.vp * stage_mean,
