@@ -268,7 +268,7 @@ def _pipeline_p2p_s(d: DesignBatch, links, elem, micro_batches) -> torch.Tensor:
 
 
 def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches,
-                          eff: Efficiency) -> tuple[torch.Tensor, torch.Tensor]:
+                          eff: Efficiency) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Data-parallel / ZeRO communication per step, before overlap: `(total, gather)`, where `gather`
     is the part of `total` that all-gathers the updated weights of Megatron's distributed optimizer
     for the next step's forward pass (DeepSpeed's ZeRO-1/2 gather them inside the optimizer step);
