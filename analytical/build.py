@@ -112,6 +112,7 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "fused_cross_entropy": float(mapping.fused_cross_entropy),
         "recompute_layers": mapping.recompute_layers,
         "grad_reduce_in_fp32": float(mapping.grad_reduce_in_fp32),
+        "etp": mapping.etp,
     }
 
 

@@ -66,7 +66,7 @@ REASON_TEXT = {
     Reason.PP_NOT_DIVIDING_LAYERS: "pp * vp exceeds the number of layers + 2 (a model chunk with nothing to run)",
     Reason.BATCH_NOT_DIVISIBLE: "global batch is not a multiple of dp * micro_batch_size",
     Reason.CP_NOT_DIVIDING_SEQUENCE: "2 * cp does not divide the sequence length",
-    Reason.EP_INVALID: "ep must divide both num_experts and dp * cp * tp",
+    Reason.EP_INVALID: "ep must divide num_experts, and etp * ep (etp = tp unless set) must divide dp * cp * tp",
     Reason.VP_INVALID: "interleaving (vp > 1) needs pp > 1 and a micro-batch count divisible by pp",
     Reason.MAPPING_UNSUPPORTED_BY_MODEL: "tp, cp, ep and sequence parallelism apply to Transformers only; "
                                          "a CNN trains data-parallel only (pp 1, no recompute)",

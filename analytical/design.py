@@ -121,6 +121,7 @@ class DesignBatch:
     fused_cross_entropy: torch.Tensor
     recompute_layers: torch.Tensor
     grad_reduce_in_fp32: torch.Tensor
+    etp: torch.Tensor  # 0: as tp
 
     @property
     def batch_size(self) -> int:

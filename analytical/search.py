@@ -286,7 +286,7 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
         ep_dispatcher=EP_DISPATCHERS[num("ep_dispatcher")], offload_layers=num("offload_layers"),
         fused_jobs=num("fused_jobs"), dp_mode=DP_MODES[num("dp_mode")], ps_shards=num("ps_shards"),
         staleness=num("staleness"), fused_cross_entropy=flag("fused_cross_entropy"),
-        recompute_layers=num("recompute_layers"), grad_reduce_in_fp32=flag("grad_reduce_in_fp32"))
+        recompute_layers=num("recompute_layers"), grad_reduce_in_fp32=flag("grad_reduce_in_fp32"), etp=num("etp"))
     return mapping.validate()
 
 

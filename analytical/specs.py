@@ -353,13 +353,17 @@ class MappingSpec:
     # torchtitan); false: gradients accumulate and reduce in the 16-bit parameter dtype, 2 bytes a
     # parameter (Megatron-Bridge's performance recipes set ddp.grad_reduce_in_fp32=False)
     grad_reduce_in_fp32: bool = True
+    # expert tensor parallelism: the experts' weights split over etp ranks instead of tp (Megatron-Core
+    # expert_tensor_parallel_size; Megatron-Bridge's MoE perf recipes set 1, so with tp > 1 each
+    # expert is whole on a rank and the ep group spans the tp ranks); 0: etp = tp (Megatron's default)
+    etp: int = 0
 
     def validate(self) -> "MappingSpec":
         spec = f"mapping[{self.name}]"
         _check_int(spec, self, ("tp", "pp", "cp", "ep", "vp", "micro_batch_size", "global_batch_size", "fused_jobs"))
         if self.dp is not None:
             _check_int(spec, self, ("dp",))
-        _check_int(spec, self, ("zero_stage", "offload_layers", "recompute_layers"), minimum=0)
+        _check_int(spec, self, ("zero_stage", "offload_layers", "recompute_layers", "etp"), minimum=0)
         if self.recompute_layers and self.recompute != "full":
             raise SpecError(spec, "recompute_layers", self.recompute_layers, "0 unless recompute is full")
         if self.zero_stage > 3:

@@ -39,6 +39,7 @@ def design_line(accelerator, system, model, mapping) -> str:
             + ("" if mapping.fused_cross_entropy else " fused_cross_entropy=0")
             + ("" if mapping.grad_reduce_in_fp32 else " grad_reduce_in_fp32=0")
             + (f" recompute_layers={mapping.recompute_layers}" if mapping.recompute_layers else "")
+            + (f" etp={mapping.etp}" if mapping.etp else "")
             + (f" power_limit={accelerator.power_limit_w:g}W" if accelerator.power_limit_w else ""))
 
 

@@ -45,12 +45,15 @@ from analytical.step.workload import (
     GEMM_SLOTS,
     Gemms,
     activation_bytes_per_element,
+    any_expert_tp,
     attention_core_flops,
+    expert_tp,
     gemm_bytes_per_element,
     is_kind,
     local_tokens,
     logit_gemm_flops,
     memory_bound_bytes_per_layer,
+    mlp_tp,
     slot_sum,
 )
 
@@ -313,6 +316,9 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     per_layer = micro_batches * d.num_layers / d.pp * devices  # rank-layer-micro-batches in a step
 
     tp = all_reduce_link_bytes(tokens * d.hidden_size * elem * transformer, d.tp, one, domain)
+    if any_expert_tp(d):  # as analytical.step.model: the MoE MLP's pair over the etp ranks of an expert
+        mlp = all_reduce_link_bytes(tokens * d.hidden_size * elem * transformer, mlp_tp(d), one, domain)
+        tp = tuple((attention + moe_mlp) / 2.0 for attention, moe_mlp in zip(tp, mlp))
     kv_bytes = 2.0 * tokens * d.num_kv_heads * head_dim(d) / d.tp * elem * d.cp
     if any_mla(d):
         kv_bytes = torch.where(is_mla(d), tokens * kv_width(d) / d.tp * elem * d.cp, kv_bytes)
@@ -321,10 +327,10 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     moe = (d.num_experts > 1).to(d.tp.dtype) * transformer
     sp_div = torch.where(d.sequence_parallel > 0, d.tp, torch.ones_like(d.tp))  # as analytical.step.model
     token_bytes = tokens * d.hidden_size * elem * moe / sp_div
-    ep = all_to_all_link_bytes(token_bytes * d.top_k, d.ep, d.tp * d.cp, domain)
+    ep = all_to_all_link_bytes(token_bytes * d.top_k, d.ep, expert_tp(d), domain)
     if bool((d.ep_dispatcher > 0).any()):  # (skipped where no design deduplicates its dispatch)
         dedup = dispatch_link_bytes(token_bytes, d.top_k, d.moe_router_num_groups, d.moe_router_group_topk,
-                                    d.ep, d.tp * d.cp, domain)
+                                    d.ep, expert_tp(d), domain)
         ep = tuple(torch.where(d.ep_dispatcher > 0, x, y) for x, y in zip(dedup, ep))
     counts = {"tp": 4.0 + 2.0 * full, "cp": 3.0 + full, "ep": 4.0 + 2.0 * full}  # fwd + bwd (+ recompute)
     if op_recompute(d) is not None:  # per-op checkpointing gathers the tp input again (half the forward)

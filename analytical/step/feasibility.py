@@ -11,7 +11,7 @@ import torch
 from analytical.codes import KIND_CODES, Reason
 from analytical.design import DesignBatch, per_precision
 from analytical.step.cnn import any_cnn
-from analytical.step.workload import any_fused, any_parameter_server
+from analytical.step.workload import any_fused, any_parameter_server, expert_tp
 
 
 def _divides(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -39,8 +39,8 @@ def mapping_reasons(d: DesignBatch, peak_flops_per_s: torch.Tensor) -> torch.Ten
         (Reason.BATCH_NOT_DIVISIBLE, _divides(d.dp * d.micro_batch_size, d.global_batch_size)),
         (Reason.CP_NOT_DIVIDING_SEQUENCE, (d.cp == 1) | _divides(2.0 * d.cp, d.seq_length)),
         # experts fold over the data-, context- and tensor-parallel ranks (Megatron-Core MoE
-        # parallel folding: expert parallelism within dp x cp x tp)
-        (Reason.EP_INVALID, _divides(d.ep, d.num_experts) & _divides(d.ep, d.dp * d.cp * d.tp)),
+        # parallel folding): etp x ep divides dp x cp x tp, i.e. ep divides dp x cp unless etp < tp
+        (Reason.EP_INVALID, _divides(d.ep, d.num_experts) & _divides(expert_tp(d) * d.ep, d.dp * d.cp * d.tp)),
         (Reason.VP_INVALID, (d.vp == 1) | ((d.pp > 1) & (torch.remainder(micro_batches, d.pp) == 0))),
         (Reason.MAPPING_UNSUPPORTED_BY_MODEL, supported),
         (Reason.ZERO_WITH_PIPELINE, (d.zero_stage < 2) | (d.pp == 1) | (d.fsdp > 0)),

@@ -22,6 +22,7 @@ from analytical.step.workload import (
     activation_bytes_per_element,
     any_fused,
     embedding_params,
+    expert_tp,
     ffn_gate_factor,
     gemm_bytes_per_element,
     has_vocabulary,
@@ -47,13 +48,13 @@ MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "comm_buffer
 def params_per_device(d: DesignBatch) -> torch.Tensor:
     """Parameters held by the most loaded pipeline stage before any ZeRO sharding.
 
-    A stage holds num_layers / pp layers, dense weights split over tp, experts over tp * ep; the
+    A stage holds num_layers / pp layers, dense weights split over tp, experts over etp * ep; the
     first stage also holds the input embedding, the last the output layer (tied GPT-style
     models keep a copy of the embedding there when pp > 1).
     """
     dense, expert = layer_params(d)
     emb_in, emb_out = embedding_params(d)
-    layers = stage_layers(d) * (dense / d.tp + expert / (d.tp * d.ep))
+    layers = stage_layers(d) * (dense / d.tp + expert / (expert_tp(d) * d.ep))
     single_stage = (d.pp == 1).to(d.tp.dtype)
     tied_copy = (emb_out == 0).to(d.tp.dtype) * (1.0 - single_stage) * emb_in
     first = emb_in + single_stage * emb_out
@@ -63,18 +64,24 @@ def params_per_device(d: DesignBatch) -> torch.Tensor:
 
 
 @per_evaluation
+def split_experts(d: DesignBatch) -> torch.Tensor:
+    """Where MoE experts are split otherwise than the dense weights (ep > 1, or etp != tp); bool `(batch,)`."""
+    return ((d.ep > 1) | (expert_tp(d) != d.tp)) & (d.num_experts > 1)
+
+
+@per_evaluation
 def any_expert_parallel(d: DesignBatch) -> bool:
-    """Whether any design of the batch splits MoE experts over ep > 1 ranks (`weight_groups` then
-    tells the expert weights apart)."""
-    return bool(((d.ep > 1) & (d.num_experts > 1)).any())
+    """Whether any design of the batch splits its experts otherwise than its dense weights
+    (`split_experts`; `weight_groups` then tells the expert weights apart)."""
+    return bool(split_experts(d).any())
 
 
 @per_evaluation
 def expert_params_per_device(d: DesignBatch) -> torch.Tensor:
-    """The expert weights among `params_per_device` where ep > 1 (0 where ep = 1: experts then share
-    the dense weights' data-parallel group)."""
+    """The expert weights among `params_per_device` where they are split otherwise than the dense
+    ones (`split_experts`; 0 elsewhere: experts then share the dense weights' data-parallel group)."""
     _, expert = layer_params(d)
-    per_job = torch.where(d.ep > 1, stage_layers(d) * expert / (d.tp * d.ep), 0.0)
+    per_job = torch.where(split_experts(d), stage_layers(d) * expert / (expert_tp(d) * d.ep), 0.0)
     return per_job * d.fused_jobs if any_fused(d) else per_job
 
 
@@ -84,17 +91,18 @@ def weight_groups(d: DesignBatch, params: torch.Tensor) -> tuple[tuple[torch.Ten
     weights); each `(batch,)`.
 
     Dense weights: the dp x cp ranks tp apart that hold the same shard (Megatron-Core's
-    data-parallel-with-context group). Experts split over tp x ep ranks: the dp x cp / ep replicas
-    of each expert shard, tp x ep ranks apart (Megatron-Core's expert-data-parallel group: world /
-    (etp ep pp) ranks in the expert order tp-ep-dp-pp, parallel_state.initialize_model_parallel,
-    with etp = tp; DistributedDataParallel reduces expert gradients over it and the distributed
-    optimizer shards their state over it). At least 1 rank: an expert held once is not reduced."""
+    data-parallel-with-context group). Experts split over etp x ep ranks: the tp dp cp / (etp ep)
+    replicas of each expert shard, etp x ep ranks apart (Megatron-Core's expert-data-parallel group:
+    world / (etp ep pp) ranks in the expert order tp-ep-dp-pp, parallel_state.initialize_model_parallel;
+    DistributedDataParallel reduces expert gradients over it and the distributed optimizer shards
+    their state over it). At least 1 rank: an expert held once is not reduced."""
     dense = ((params, d.dp * d.cp, d.tp),)
     if not any_expert_parallel(d):
         return dense
     expert = expert_params_per_device(d)
-    replicas = torch.where(d.ep > 1, torch.clamp_min(d.dp * d.cp / d.ep, 1.0), 1.0)
-    return (params - expert, d.dp * d.cp, d.tp), (expert, replicas, d.tp * d.ep)
+    split = expert_tp(d) * d.ep
+    replicas = torch.where(split_experts(d), torch.clamp_min(d.tp * d.dp * d.cp / split, 1.0), 1.0)
+    return (params - expert, d.dp * d.cp, d.tp), (expert, replicas, split)
 
 
 def sharded_params(groups, shard: torch.Tensor) -> torch.Tensor:

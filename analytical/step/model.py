@@ -37,8 +37,10 @@ from analytical.step.memory import (any_fsdp_unsharded, eager_cross_entropy, fsd
 from analytical.step.workload import (
     GEMM_SLOTS,
     activation_bytes_per_element,
+    any_expert_tp,
     any_parameter_server,
     attention_core_flops,
+    expert_tp,
     fuse_jobs,
     gemm_bytes_per_element,
     is_kind,
@@ -48,6 +50,7 @@ from analytical.step.workload import (
     local_tokens,
     logit_gemm_flops,
     memory_bound_bytes_per_layer,
+    mlp_tp,
     model_flops_per_step,
     slot_sum,
     stage_layers,
@@ -204,6 +207,13 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
     # attention core being left to context parallelism's ring
     tp_ar = _on_group(coll.group_all_reduce_time_s, d, links, tokens * d.hidden_size * elem, d.tp,
                       torch.ones_like(d.tp)) * transformer
+    # the MLP's pair: in MoE layers without a shared expert (which Megatron-Core splits over tp) over the
+    # etp ranks that split an expert (none where etp = 1)
+    tp_pair = 2.0 * tp_ar
+    if any_expert_tp(d):
+        mlp_ar = _on_group(coll.group_all_reduce_time_s, d, links, tokens * d.hidden_size * elem, mlp_tp(d),
+                           torch.ones_like(d.tp)) * transformer
+        tp_pair = tp_ar + mlp_ar
     tp_hide = d.overlap_tp_comm
     # context parallel (ring attention): K and V circulate, overlapped with the attention kernels
     kv_bytes = 2.0 * tokens * d.num_kv_heads * head_dim(d) / d.tp * elem * d.cp
@@ -217,14 +227,15 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
     # (Megatron-Core MoE: the token dispatcher runs on the sequence-parallel shards)
     sp_div = torch.where(d.sequence_parallel > 0, d.tp, torch.ones_like(d.tp))
     token_bytes = tokens * d.hidden_size * elem / sp_div
-    ep_a2a = _on_group(coll.group_all_to_all_time_s, d, links, token_bytes * d.top_k, d.ep, d.tp * d.cp)
+    # the ep group: ranks etp apart (Megatron-Core's expert grid, tp-ep-dp-pp with etp in tp's place)
+    ep_a2a = _on_group(coll.group_all_to_all_time_s, d, links, token_bytes * d.top_k, d.ep, expert_tp(d))
     if bool((d.ep_dispatcher > 0).any()):  # (skipped where no design of the chunk deduplicates)
         dedup = coll.group_dispatch_time_s(token_bytes, d.top_k, d.moe_router_num_groups, d.moe_router_group_topk,
-                                           d.ep, d.tp * d.cp, d.scale_up_domain, *links)
+                                           d.ep, expert_tp(d), d.scale_up_domain, *links)
         ep_a2a = torch.where(d.ep_dispatcher > 0, dedup, ep_a2a)
     ep_a2a = ep_a2a * moe
-    tp_fwd = _exposed(2.0 * tp_ar, tp_hide * layer.fwd_slots[..., TP_OVERLAP_SLOTS].sum(-1), eff)
-    tp_bwd = _exposed(2.0 * tp_ar, tp_hide * layer.bwd_slots[..., TP_OVERLAP_SLOTS].sum(-1), eff)
+    tp_fwd = _exposed(tp_pair, tp_hide * layer.fwd_slots[..., TP_OVERLAP_SLOTS].sum(-1), eff)
+    tp_bwd = _exposed(tp_pair, tp_hide * layer.bwd_slots[..., TP_OVERLAP_SLOTS].sum(-1), eff)
     cp_fwd = _exposed(cp_ag, layer.flash_fwd + layer.core_fwd, eff)
     cp_bwd = _exposed(2.0 * cp_ag, layer.flash_bwd + layer.bwd_slots[..., CORE_SLOTS].sum(-1), eff)
     # overlapped (overlap_ep_comm), the forward of one micro-batch and the backward of another run as
@@ -235,8 +246,8 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
             "ep_fwd": 2.0 * ep_a2a, "ep_bwd": 2.0 * ep_a2a}
     ep_hide = d.overlap_ep_comm
     if bool((ep_hide > 0).any()):  # (skipped where no design of the chunk overlaps)
-        free = (_relu(layer.forward - (2.0 * tp_ar - tp_fwd) - (cp_ag - cp_fwd))
-                + _relu(layer.backward - (2.0 * tp_ar - tp_bwd) - (2.0 * cp_ag - cp_bwd)))
+        free = (_relu(layer.forward - (tp_pair - tp_fwd) - (cp_ag - cp_fwd))
+                + _relu(layer.backward - (tp_pair - tp_bwd) - (2.0 * cp_ag - cp_bwd)))
         merged = _exposed(4.0 * ep_a2a, free, eff)
         comm.update(ep_fwd=(1.0 - ep_hide) * comm["ep_fwd"], ep_bwd=torch.where(ep_hide > 0, merged, comm["ep_bwd"]))
     return comm

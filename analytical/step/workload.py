@@ -97,6 +97,28 @@ def is_moe(d: DesignBatch) -> torch.Tensor:
 
 
 @per_evaluation
+def expert_tp(d: DesignBatch) -> torch.Tensor:
+    """Ranks each expert's weights are split over: `etp` in MoE layers where it is set (Megatron-Core's
+    expert_tensor_parallel_size), else tp (its default, and every dense MLP)."""
+    if not bool((d.etp > 0).any()):
+        return d.tp
+    return torch.where((d.etp > 0) & (d.num_experts > 1), d.etp, d.tp)
+
+
+@per_evaluation
+def any_expert_tp(d: DesignBatch) -> bool:
+    """Whether any MoE design of the batch splits its experts over other ranks than tp (`expert_tp`)."""
+    return expert_tp(d) is not d.tp and bool((expert_tp(d) != d.tp).any())
+
+
+@per_evaluation
+def mlp_tp(d: DesignBatch) -> torch.Tensor:
+    """Ranks of the MLP's tensor-parallel collectives: `expert_tp` in MoE layers of routed experts only,
+    tp where a shared expert (split over tp in Megatron-Core) or a dense MLP needs them."""
+    return torch.where(d.num_shared_experts > 0, d.tp, expert_tp(d))
+
+
+@per_evaluation
 def expert_width(d: DesignBatch) -> torch.Tensor:
     """MLP width of one expert: `moe_ffn_hidden_size` in MoE layers, `ffn_hidden_size` in dense ones."""
     return torch.where(d.num_experts > 1, d.moe_ffn_hidden_size, d.ffn_hidden_size)
@@ -148,8 +170,12 @@ def layer_gemms(d: DesignBatch) -> Gemms:
     heads_local = d.num_heads / t
     unfused = tr * (1.0 - d.flash_attention)
     # tokens reaching one expert of this device; shared experts see every token and are folded in
-    # as extra routed work (same FLOPs and GEMM shapes per expert)
+    # as extra routed work (same FLOPs and GEMM shapes per expert). Experts split over etp < tp
+    # ranks take etp / tp of the tokens at tp / etp times the width (the same work per device)
+    et = expert_tp(d)
     expert_tokens = tokens * (d.top_k + d.num_shared_experts * is_moe(d)) * e / d.num_experts
+    if any_expert_tp(d):
+        expert_tokens = expert_tokens * et / t
     local_experts = d.num_experts / e
     moe = is_moe(d)
     f_e = expert_width(d)
@@ -168,9 +194,9 @@ def layer_gemms(d: DesignBatch) -> Gemms:
         lstm * b,  # recurrent hidden-to-gates, one kernel per time step
     ]
     slots_n = [tr * qkv_n + lstm * 4.0 * h + gemm * d.gemm_n, s, v, h,
-               ffn_gate_factor(d) * f_e / t, h, d.num_experts, 4.0 * h]
+               ffn_gate_factor(d) * f_e / et, h, d.num_experts, 4.0 * h]
     slots_k = [tr * h + lstm * h + gemm * d.gemm_k, qk, s, heads_local * v, h,
-               f_e / t, h, h]
+               f_e / et, h, h]
     slots_count = [one, b * heads_local, b * heads_local, one, local_experts, local_experts, one, one]
     slots_serial = [one, one, one, one, one, one, one, torch.where(lstm > 0, s, one)]
     if any_cnn(d):  # one slot per convolution / FC layer (`cnn.MAX_SLOTS`, zeros past a network's end)

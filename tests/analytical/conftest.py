@@ -348,6 +348,7 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
     fields["grad_reduce_in_fp32"] = ints(0, 1)  # 16-bit gradient reduction (added last)
     full = fields["recompute"] == RECOMPUTE_CODES["full"]
     fields["recompute_layers"] = torch.where(full & (ints(0, 2) == 0), ints(1, 8), zero)
+    fields["etp"] = torch.where(ints(0, 2) == 0, one_, zero)  # whole experts on each rank (added last)
     fields["num_layers"] = torch.where(cnn, one_, fields["num_layers"])
     fields["seq_length"] = torch.where(cnn, one_, fields["seq_length"])
     return DesignBatch(**fields)

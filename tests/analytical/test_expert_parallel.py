@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from analytical import DEFAULT_EFFICIENCY, MappingSpec, ModelSpec, SpecError, evaluate
+from analytical import DEFAULT_EFFICIENCY, MappingSpec, ModelSpec, Reason, SpecError, evaluate
 
 # DeepSeek-V3-shaped MoE, small enough to evaluate quickly: 64 experts, top 8, 8 groups
 MOE = ModelSpec(name="moe", num_layers=8, hidden_size=2048, num_heads=16, ffn_hidden_size=8192, ffn_type="swiglu",
@@ -71,6 +71,7 @@ def test_dense_models_ignore_the_dispatcher(run, h100, system, llama7b):
     (MappingSpec(ep_dispatcher="nccl"), "ep_dispatcher"),
     (MappingSpec(overlap_ep_comm=True, recompute="full"), "overlap_ep_comm"),
     (MappingSpec(overlap_ep_comm=1), "overlap_ep_comm"),
+    (MappingSpec(etp=-1), "etp"),
     (dataclasses.replace(MOE, moe_router_num_groups=6), "moe_router_num_groups"),
     (dataclasses.replace(MOE, moe_router_num_groups=8, moe_router_group_topk=9), "moe_router_group_topk"),
     (dataclasses.replace(MOE, moe_router_group_topk=0), "moe_router_group_topk"),
@@ -148,3 +149,60 @@ def test_distributed_optimizer_shards_expert_state_over_its_replicas(design, h10
     assert 0 < expert < params
     optimizer = float(evaluate(d).memory_breakdown_bytes["optimizer"][0])
     assert optimizer == pytest.approx(12.0 * ((params - expert) / 32 + expert / 4), rel=1e-12)
+
+
+# ---- expert tensor parallelism (etp): experts split over etp ranks instead of tp ----
+
+def _etp(**changes) -> MappingSpec:
+    """tp 2 x dp 16 on 32 GPUs; ep 32 needs the experts whole on each rank (etp 1)."""
+    return MappingSpec(**{"tp": 2, "dp": 16, "ep": 32, "etp": 1, "sequence_parallel": True,
+                          "global_batch_size": 256, "distributed_optimizer": True, **changes})
+
+
+def test_whole_experts_hold_tp_times_the_expert_weights(design, h100, make_system):
+    """etp 1 against etp = tp at the same ep: each rank holds its experts whole, tp times the expert
+    weights; the dense weights stay split over tp."""
+    from analytical.step.memory import expert_params_per_device, params_per_device
+
+    split = design(h100, make_system(32), MOE, _etp(ep=16, etp=0))
+    whole = design(h100, make_system(32), MOE, _etp(ep=16))
+    e_split, e_whole = float(expert_params_per_device(split)[0]), float(expert_params_per_device(whole)[0])
+    assert e_whole == pytest.approx(2.0 * e_split, rel=1e-12)
+    dense = float(params_per_device(split)[0]) - e_split
+    assert float(params_per_device(whole)[0]) - e_whole == pytest.approx(dense, rel=1e-12)
+
+
+def test_expert_parallelism_folds_over_tensor_parallel_ranks_only_with_whole_experts(run, h100, make_system):
+    assert int(run(h100, make_system(32), MOE, _etp()).reason[0]) == 0
+    assert int(run(h100, make_system(32), MOE, _etp(etp=0)).reason[0]) == int(Reason.EP_INVALID)
+    assert int(run(h100, make_system(32), MOE, _etp(etp=2)).reason[0]) == int(Reason.EP_INVALID)
+
+
+def test_whole_experts_drop_the_mlp_tensor_parallel_pair(run, h100, make_system):
+    """With etp 1 a MoE layer's MLP has no tensor-parallel collective (its tokens stay on their
+    sequence-parallel shard); only the attention's pair is left, half the tp traffic. A shared
+    expert, split over tp, keeps it."""
+    system = make_system(32)
+    split = run(h100, system, MOE, _etp(ep=16, etp=0))
+    whole = run(h100, system, MOE, _etp(ep=16))
+    tp_split, tp_whole = (float(r.time_breakdown_s["tp_comm"][0]) for r in (split, whole))
+    assert tp_whole == pytest.approx(tp_split / 2.0, rel=1e-12)
+    shared = dataclasses.replace(MOE, num_shared_experts=1)
+    assert float(run(h100, system, shared, _etp(ep=16)).time_breakdown_s["tp_comm"][0]) == pytest.approx(
+        float(run(h100, system, shared, _etp(ep=16, etp=0)).time_breakdown_s["tp_comm"][0]), rel=1e-12)
+
+
+def test_etp_is_ignored_by_dense_models(run, h100, make_system, llama7b):
+    m = MappingSpec(tp=2, dp=4, global_batch_size=64)
+    one, zero = (run(h100, make_system(8), llama7b, dataclasses.replace(m, etp=e)) for e in (1, 0))
+    assert float(one.step_time_s[0]) == float(zero.step_time_s[0])
+    assert float(one.memory_per_device_bytes[0]) == float(zero.memory_per_device_bytes[0])
+
+
+def test_expert_group_ranks_are_etp_apart(run, h100, make_system):
+    """ep 8 with etp 1 on nodes of 8: the ep group is 8 consecutive ranks (Megatron-Core's expert order
+    tp-ep-dp-pp), inside one node, so its dispatch costs less than ep 8 over ranks tp = 2 apart."""
+    system = make_system(32)
+    whole = run(h100, system, MOE, _etp(ep=8))
+    split = run(h100, system, MOE, _etp(ep=8, etp=0))
+    assert float(whole.time_breakdown_s["ep_comm"][0]) < float(split.time_breakdown_s["ep_comm"][0])

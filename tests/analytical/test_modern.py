@@ -169,11 +169,14 @@ def test_context_parallel_ranks_shard_the_optimizer(h100, make_system, design, l
 
 
 def test_experts_fold_over_tensor_parallel_ranks(h100, make_system, run):
+    """Megatron-Core's MoE parallel folding: etp x ep ranks hold the experts of the tp x dp x cp ranks
+    of a stage; experts split over tp (etp = tp, the default) leave ep only the dp x cp ranks."""
     moe = deepseek_like(0)
-    folded = run(h100, make_system(64), moe, MappingSpec(tp=2, dp=8, pp=4, ep=16, global_batch_size=64))
+    folded = run(h100, make_system(64), moe, MappingSpec(tp=2, dp=8, pp=4, ep=16, etp=1, global_batch_size=64))
     assert int(folded.reason[0]) != int(Reason.EP_INVALID)
-    too_wide = run(h100, make_system(64), moe, MappingSpec(tp=2, dp=8, pp=4, ep=32, global_batch_size=64))
-    assert int(too_wide.reason[0]) == int(Reason.EP_INVALID)
+    for mapping in (MappingSpec(tp=2, dp=8, pp=4, ep=16, global_batch_size=64),
+                    MappingSpec(tp=2, dp=8, pp=4, ep=32, etp=1, global_batch_size=64)):
+        assert int(run(h100, make_system(64), moe, mapping).reason[0]) == int(Reason.EP_INVALID)
 
 
 def test_fsdp_combines_with_pipeline_parallelism(h100, make_system, run, llama7b):
