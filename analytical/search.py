@@ -11,7 +11,8 @@ The space searched (defaults of `SearchOptions`):
 - tp, pp, cp: every divisor of num_devices with tp * pp * cp dividing it; dp = num_devices /
   (tp pp cp) (exact factorizations only). Transformers only: tp divides the query and key-value
   heads, 2 cp divides the sequence. pp divides the layers. LSTM and GEMM workloads: tp = cp = 1.
-- ep: divisors of num_experts that divide dp (1 for dense models).
+- ep: divisors of num_experts that divide dp (1 for dense models); with `etp` given, those whose
+  etp x ep divides dp x cp x tp (experts whole on etp < tp ranks fold over the tp ranks too).
 - micro_batch_size: powers of two <= 16 with dp * micro_batch_size dividing the global batch
   (`all_divisors=True`: every integer <= the cap that divides).
 - vp: 1, and for pp > 1 the powers of two <= 8 with pp * vp dividing the layers and the
@@ -22,7 +23,7 @@ The space searched (defaults of `SearchOptions`):
 - (zero_stage, distributed_optimizer): (0, off), (0, on), (2, off), (3, off); stages 2 and 3 only
   without pipeline parallelism. ZeRO stage 1 is modelled exactly as the distributed optimizer
   (both shard the optimizer state over dp), so only the latter is enumerated.
-- precision, flash_attention, overlap_dp_comm, overlap_tp_comm, ep_dispatcher, overlap_ep_comm: as
+- precision, flash_attention, overlap_dp_comm, overlap_tp_comm, ep_dispatcher, overlap_ep_comm, etp: as
   given (not searched); with overlap_ep_comm, full recompute is not enumerated (Megatron-Core refuses it).
 
 Every rule of `analytical.step.feasibility` about the mapping (degrees, divisibility, vp, ZeRO with
@@ -78,6 +79,7 @@ class SearchOptions:
     # it, is not enumerated)
     ep_dispatcher: str = "alltoall"
     overlap_ep_comm: bool = False
+    etp: int = 0  # expert tensor parallelism, as given (0: experts split over tp, Megatron's default)
     max_micro_batch_size: int = 16
     max_vp: int = 8
     all_divisors: bool = False  # micro-batch and vp: every integer up to the cap, not powers of two
@@ -105,6 +107,8 @@ class SearchOptions:
         for value in self.zero_stages:
             if value not in (0, 1, 2, 3):
                 raise SpecError("search", "zero_stages", value, "0, 1, 2 or 3")
+        if isinstance(self.etp, bool) or not isinstance(self.etp, int) or self.etp < 0:
+            raise SpecError("search", "etp", self.etp, "an integer >= 0")
         if self.ep_dispatcher not in EP_DISPATCHERS:
             raise SpecError("search", "ep_dispatcher", self.ep_dispatcher, "one of " + ", ".join(EP_DISPATCHERS))
         if not self.recompute or not self.zero_stages:
@@ -187,7 +191,10 @@ def _mapping_grid(system: SystemSpec, model: ModelSpec, global_batch_size: int,
     cols = _keep(cols, gbs % cols["dp"] == 0)
 
     cols = _cross(cols, "ep", _long(ep_c))
-    cols = _keep(cols, cols["dp"] % cols["ep"] == 0)
+    if opt.etp > 0 and experts > 1:  # whole experts on etp ranks: ep folds over the tp (and cp) ranks too
+        cols = _keep(cols, (cols["dp"] * cols["cp"] * cols["tp"]) % (opt.etp * cols["ep"]) == 0)
+    else:
+        cols = _keep(cols, cols["dp"] % cols["ep"] == 0)
 
     mbs_c = _candidates(opt.max_micro_batch_size, opt.all_divisors)
     cols = _cross(cols, "micro_batch_size", _long(mbs_c))
@@ -226,7 +233,7 @@ def _template(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec
     mapping = MappingSpec(name="search-template", global_batch_size=global_batch_size, precision=precision,
                           flash_attention=opt.flash_attention, overlap_dp_comm=opt.overlap_dp_comm,
                           overlap_tp_comm=opt.overlap_tp_comm, ep_dispatcher=opt.ep_dispatcher,
-                          overlap_ep_comm=opt.overlap_ep_comm)
+                          overlap_ep_comm=opt.overlap_ep_comm, etp=opt.etp)
     return single_design(accelerator, system, model, mapping)
 
 
@@ -257,7 +264,7 @@ def enumerate_mappings_of(design: DesignBatch, options: Optional[SearchOptions] 
         return int(round(float(getattr(design, field)[0])))
 
     opt = dataclasses.replace(options or DEFAULT_OPTIONS, flash_attention=bool(num("flash_attention")),
-                              overlap_ep_comm=bool(num("overlap_ep_comm"))).validate()
+                              overlap_ep_comm=bool(num("overlap_ep_comm")), etp=num("etp")).validate()
     system = SimpleNamespace(num_devices=num("num_devices"))
     model = SimpleNamespace(kind=MODEL_KINDS[num("kind")], num_heads=num("num_heads"), kv_heads=num("num_kv_heads"),
                             seq_length=num("seq_length"), num_layers=num("num_layers"),
@@ -315,10 +322,11 @@ def best_mappings(accelerator: AcceleratorSpec, system: SystemSpec, model: Model
                   top_k: int = 10, precision: str = "bf16", flash_attention: Optional[bool] = None,
                   overlap_dp_comm: Optional[bool] = None, overlap_tp_comm: Optional[bool] = None,
                   options: Optional[SearchOptions] = None, eff: Efficiency = DEFAULT_EFFICIENCY,
-                  ep_dispatcher: Optional[str] = None, overlap_ep_comm: Optional[bool] = None) -> SearchResult:
+                  ep_dispatcher: Optional[str] = None, overlap_ep_comm: Optional[bool] = None,
+                  etp: Optional[int] = None) -> SearchResult:
     """The `top_k` fastest feasible mappings of `model` on `system` for one global batch.
 
-    `flash_attention`, the overlap flags and `ep_dispatcher`, when given, override those of
+    `flash_attention`, the overlap flags, `ep_dispatcher` and `etp`, when given, override those of
     `options`. An empty result (no feasible mapping) is an answer, not an error.
     """
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
@@ -326,7 +334,8 @@ def best_mappings(accelerator: AcceleratorSpec, system: SystemSpec, model: Model
     start = time.perf_counter()
     opt = options or DEFAULT_OPTIONS
     given = {"flash_attention": flash_attention, "overlap_dp_comm": overlap_dp_comm,
-             "overlap_tp_comm": overlap_tp_comm, "ep_dispatcher": ep_dispatcher, "overlap_ep_comm": overlap_ep_comm}
+             "overlap_tp_comm": overlap_tp_comm, "ep_dispatcher": ep_dispatcher, "overlap_ep_comm": overlap_ep_comm,
+             "etp": etp}
     opt = dataclasses.replace(opt, **{k: v for k, v in given.items() if v is not None})
     designs = enumerate_mappings(accelerator, system, model, global_batch_size, precision, opt)
     return _fastest_mappings(designs, top_k, opt, eff, start)

@@ -37,7 +37,7 @@ def search(cfg) -> tuple[tuple, Any, str | None]:
         return specs, best_mappings(accelerator, system, model, mapping.global_batch_size, top_k=top_k,
                                     precision=mapping.precision, flash_attention=mapping.flash_attention,
                                     ep_dispatcher=mapping.ep_dispatcher, overlap_ep_comm=mapping.overlap_ep_comm,
-                                    eff=eff), None
+                                    etp=mapping.etp, eff=eff), None
     if int(derived.reason[0]):  # an answer, as in evaluate: no mapping runs on a chip that cannot be built
         return specs, None, f"the chip cannot be built ({REASON_TEXT[Reason(int(derived.reason[0]))]})"
     # a derived chip: search around its tensors (operating-point energies, its own NIC), as evaluate does

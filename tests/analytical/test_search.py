@@ -180,6 +180,21 @@ def test_moe_expert_parallel_divides_experts_and_dp():
     assert bool((4 % space.tp == 0).all())  # tp divides the 4 key-value heads
 
 
+def test_whole_experts_let_expert_parallelism_fold_over_tensor_parallel_ranks():
+    """With etp 1 given, ep may span the tp (and cp) ranks: etp x ep divides dp x cp x tp; every design
+    found carries etp 1 and passes the feasibility rule (EP_INVALID never its reason)."""
+    space = enumerate_mappings(h100(), dgx(16), MOE, 256, options=SearchOptions(etp=1))
+    folded = (space.ep > 1) & (torch.remainder(space.dp, space.ep) != 0)
+    assert bool(folded.any()) and bool((space.etp == 1).all())
+    assert bool((torch.remainder(space.dp * space.cp * space.tp, space.ep) == 0).all())
+    found = best_mappings(h100(), dgx(16), MOE, 256, top_k=50, etp=1)
+    assert found.mappings and all(m.etp == 1 for m in found.mappings)
+    assert int(Reason.EP_INVALID) not in evaluate(space).reason.tolist()
+    with pytest.raises(SpecError) as info:
+        SearchOptions(etp=-1).validate()
+    assert info.value.field == "etp"
+
+
 def test_dense_and_non_transformer_models_get_no_model_split():
     assert bool((enumerate_mappings(a100(), dgx(8), GPT_1P3B, 64).ep == 1).all())
     lstm = ModelSpec(name="lstm", kind="lstm", num_layers=4, hidden_size=1024, vocab_size=10000, seq_length=64)
