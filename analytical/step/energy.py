@@ -345,17 +345,20 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     # as analytical.step.model: one collective per class of weights over the ranks that share them
     groups = weight_groups(d, params)
 
-    def over_groups(link_bytes, bytes_per_param):
-        (p, g, s), *rest = groups
-        up, out = link_bytes(p * bytes_per_param, g, s, domain)
-        for p, g, s in rest:
-            more_up, more_out = link_bytes(p * bytes_per_param, g, s, domain)
+    grads = [(p * grad_bytes_per_param(d), g, s) for p, g, s in groups]
+    weights = [(p * elem, g, s) for p, g, s in groups]
+
+    def over_groups(link_bytes, buffers):
+        (b, g, s), *rest = buffers
+        up, out = link_bytes(b, g, s, domain)
+        for b, g, s in rest:
+            more_up, more_out = link_bytes(b, g, s, domain)
             up, out = up + more_up, out + more_out
         return up, out
 
-    ar = over_groups(all_reduce_link_bytes, grad_bytes_per_param(d))
-    rs = over_groups(all_gather_link_bytes, grad_bytes_per_param(d))
-    ag = over_groups(all_gather_link_bytes, elem)
+    ar = over_groups(all_reduce_link_bytes, grads)
+    rs = over_groups(all_gather_link_bytes, grads)
+    ag = over_groups(all_gather_link_bytes, weights)
     z = d.zero_stage
     sharded = ((z >= 1) | (d.distributed_optimizer > 0)).to(d.tp.dtype)
 

@@ -85,6 +85,15 @@ def expert_params_per_device(d: DesignBatch) -> torch.Tensor:
     return per_job * d.fused_jobs if any_fused(d) else per_job
 
 
+@per_evaluation
+def expert_group(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`(params, group, stride)` of the experts' class in `weight_groups` (the part that does not
+    depend on the caller's `params`, computed once per evaluation)."""
+    split = expert_tp(d) * d.ep
+    replicas = torch.where(split_experts(d), torch.clamp_min(d.tp * d.dp * d.cp / split, 1.0), 1.0)
+    return expert_params_per_device(d), replicas, split
+
+
 def weight_groups(d: DesignBatch, params: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...]:
     """`(params, group, stride)` of each class of a device's weights by the data-parallel group that
     reduces their gradients and shards their optimizer state (and, under ZeRO-2/3, gradients and
@@ -96,13 +105,10 @@ def weight_groups(d: DesignBatch, params: torch.Tensor) -> tuple[tuple[torch.Ten
     world / (etp ep pp) ranks in the expert order tp-ep-dp-pp, parallel_state.initialize_model_parallel;
     DistributedDataParallel reduces expert gradients over it and the distributed optimizer shards
     their state over it). At least 1 rank: an expert held once is not reduced."""
-    dense = ((params, d.dp * d.cp, d.tp),)
     if not any_expert_parallel(d):
-        return dense
-    expert = expert_params_per_device(d)
-    split = expert_tp(d) * d.ep
-    replicas = torch.where(split_experts(d), torch.clamp_min(d.tp * d.dp * d.cp / split, 1.0), 1.0)
-    return (params - expert, d.dp * d.cp, d.tp), (expert, replicas, split)
+        return ((params, d.dp * d.cp, d.tp),)
+    expert = expert_group(d)
+    return (params - expert[0], d.dp * d.cp, d.tp), expert
 
 
 def sharded_params(groups, shard: torch.Tensor) -> torch.Tensor:
