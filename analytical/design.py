@@ -30,6 +30,7 @@ class DesignBatch:
     peak_fp8_flops_per_s: torch.Tensor
     peak_fp4_flops_per_s: torch.Tensor
     compute_units: torch.Tensor
+    peak_exp_per_s: torch.Tensor  # special-function-unit exponentials per second; 0 = not modelled
     sram_bytes: torch.Tensor
     sram_bw_bytes_per_s: torch.Tensor
     hbm_bytes: torch.Tensor
@@ -86,6 +87,8 @@ class DesignBatch:
     num_shared_experts: torch.Tensor
     moe_router_num_groups: torch.Tensor
     moe_router_group_topk: torch.Tensor
+    window_size: torch.Tensor  # sliding-window attention: keys a windowed query sees (0: none)
+    window_attn_skip_freq: torch.Tensor  # every N-th layer full attention (0: every layer windowed)
     gemm_m: torch.Tensor
     gemm_n: torch.Tensor
     gemm_k: torch.Tensor

@@ -44,8 +44,8 @@ def capped_operating_point(accelerator: AcceleratorSpec, power_limit_w: float) -
 
 def apply_power_limit(fields: dict[str, float], accelerator: AcceleratorSpec) -> dict[str, float]:
     """The `DesignBatch` accelerator fields of `accelerator` (as `analytical.design` builds them)
-    under its `power_limit_w`, if any: peaks x clock ratio, J/FLOP x V^2, static power x V^3 and the
-    limit as the power budget."""
+    under its `power_limit_w`, if any: peaks (tensor and special-function) x clock ratio, J/FLOP x V^2,
+    static power x V^3 and the limit as the power budget."""
     if accelerator.power_limit_w is None:
         return fields
     f, v = capped_operating_point(accelerator, accelerator.power_limit_w)
@@ -53,6 +53,7 @@ def apply_power_limit(fields: dict[str, float], accelerator: AcceleratorSpec) ->
     for fmt in PEAK_FORMATS:
         out[f"peak_{fmt}_flops_per_s"] = fields[f"peak_{fmt}_flops_per_s"] * f
         out[f"flop_energy_{fmt}_j"] = fields[f"flop_energy_{fmt}_j"] * v * v
+    out["peak_exp_per_s"] = fields["peak_exp_per_s"] * f  # the special-function units share the clock
     out["static_power_w"] = fields["static_power_w"] * v ** 3
     out["tdp_w"] = min(fields["tdp_w"], accelerator.power_limit_w) if fields["tdp_w"] > 0 else accelerator.power_limit_w
     return out

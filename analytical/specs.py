@@ -97,6 +97,9 @@ class AcceleratorSpec:
     peak_tflops_fp8: float = 0.0
     peak_tflops_fp4: float = 0.0  # dense NVFP4 (Blackwell); 0 on chips without fp4 tensor cores
     compute_units: int = 1  # SMs (NVIDIA) or TensorCores (TPU)
+    # exponentials per second of the special-function units (NVIDIA MUFU.EX2, 10^12/s): the softmax of a
+    # fused attention kernel runs on them between its two matmuls; 0 = not modelled (no such term)
+    peak_tera_exp_per_s: float = 0.0
     sram_mib: float = 0.0  # last-level on-chip SRAM (L2 / CMEM)
     sram_bw_tb_per_s: float = 0.0
     hbm_gib: float = 0.0
@@ -133,7 +136,7 @@ class AcceleratorSpec:
             _check_positive(spec, self, ("power_limit_w",))
         _check_positive(spec, self, ("peak_tflops_fp32", "peak_tflops_tf32", "peak_tflops_fp16",
                                      "peak_tflops_bf16", "peak_tflops_fp8", "peak_tflops_fp4", "kernel_launch_us", "tdp_w",
-                                     "scale_out_gbit_per_s"), allow_zero=True)
+                                     "scale_out_gbit_per_s", "peak_tera_exp_per_s"), allow_zero=True)
         _check_positive(spec, self, ("sram_mib", "sram_bw_tb_per_s", "hbm_gib", "hbm_bw_gb_per_s",
                                      "scale_up_bw_gb_per_s"))
         _check_int(spec, self, ("compute_units", "tile_m", "tile_n"))
@@ -220,6 +223,12 @@ class ModelSpec:
     # token picks its top_k experts inside `moe_router_group_topk` of them; 1 and 1: no limit
     moe_router_num_groups: int = 1
     moe_router_group_topk: int = 1
+    # sliding-window attention (Megatron-Core window_size / window_attn_skip_freq; gpt-oss, Mistral 7B):
+    # a windowed layer's query sees the `window_size` latest keys, itself included (0: every layer
+    # attends to the whole causal prefix); with `window_attn_skip_freq` N > 0 every N-th layer
+    # (1-indexed) attends in full and the others through the window, with 0 every layer does
+    window_size: int = 0
+    window_attn_skip_freq: int = 0
     gemm_m: int = 1
     gemm_n: int = 1
     gemm_k: int = 1
@@ -285,6 +294,7 @@ class ModelSpec:
         elif self.cnn_arch is not None:
             raise SpecError(spec, "cnn_arch", self.cnn_arch, "null unless kind is cnn")
         _check_int(spec, self, ("moe_router_num_groups", "moe_router_group_topk"))
+        _check_int(spec, self, ("window_size", "window_attn_skip_freq"), minimum=0)
         if self.num_experts % self.moe_router_num_groups:
             raise SpecError(spec, "moe_router_num_groups", self.moe_router_num_groups,
                             f"a divisor of num_experts ({self.num_experts})")

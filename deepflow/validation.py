@@ -116,7 +116,8 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
                                            else int(row["moe_ffn_hidden_size"])),
                       num_shared_experts=int(_opt(row, "num_shared_experts", 0)),
                       moe_router_num_groups=int(_opt(row, "moe_router_num_groups", 1)),
-                      moe_router_group_topk=int(_opt(row, "moe_router_group_topk", 1)))
+                      moe_router_group_topk=int(_opt(row, "moe_router_group_topk", 1)),
+                      **{k: int(_opt(row, k, 0)) for k in ("window_size", "window_attn_skip_freq")})
     fsdp = bool(int(_opt(row, "fsdp", 0)))
     mapping = MappingSpec(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), cp=int(_opt(row, "cp", 1)),
                           ep=int(_opt(row, "ep", 1)), vp=int(_opt(row, "vp", 1)), sequence_parallel=bool(int(_opt(row, "sequence_parallel", 0))),

@@ -36,6 +36,12 @@ class DerivationConstants:
     # footprint. ESTIMATE: A100/H100 CoWoS photos show ~1-2 mm gaps around 7.75 x 11.87 / 11 x 11
     # mm stacks.
     stack_keepout_factor: float = 1.25
+    # Exponentials per clock per compute unit on the special-function units (MUFU.EX2): 16, on A100,
+    # H100 and B200 alike. FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608, sec. 3.1): H100 SXM5
+    # "989 TFLOPS of FP16 matmul but only 3.9 TFLOPS of special functions" = 16 x 132 SMs x 1.83 GHz;
+    # FlashAttention-4 (Zadouri et al. 2026): B200's exponential unit "16 ops per clock per SM",
+    # unchanged from Hopper. (Blackwell Ultra doubles it: conf/hardware/b300.yaml.)
+    sfu_exp_per_cycle_per_unit: float = 16.0
     # Precision rates relative to dense fp16 on the tensor units: tf32 1/2 and fp8 2x (A100 and
     # H100 whitepapers: 156/312, 1979/989); fp32 (non-tensor) 1/16 (A100 19.5/312; H100 67/989 is
     # 1/14.8).

@@ -111,8 +111,19 @@ def memory_bound_time_s(bytes_moved, num_kernels, hbm_bw_bytes_per_s, launch_s,
 def flash_attention_time_s(flops, qkvo_bytes, peak_flops_per_s, hbm_bw_bytes_per_s, launch_s,
                            eff: Efficiency) -> torch.Tensor:
     """A fused (flash) attention kernel: scores never reach HBM, so a roofline over its FLOPs at
-    the fused kernel's efficiency and the Q, K, V, O traffic."""
+    the fused kernel's efficiency and the Q, K, V, O traffic (its softmax's exponentials come on
+    top: `softmax_exp_time_s`)."""
     compute = flops / (peak_flops_per_s * eff.flash_attention_fraction)
     memory = qkvo_bytes / (hbm_bw_bytes_per_s * eff.hbm_bw_fraction)
     time = torch.maximum(compute, memory) + launch_s
     return torch.where(flops > 0, time, 0.0)
+
+
+def softmax_exp_time_s(exps: torch.Tensor, peak_exp_per_s: torch.Tensor) -> torch.Tensor:
+    """`exps` softmax exponentials at the special-function units' rate, in series with the
+    kernel's matmuls: a tile's scores leave the first matmul, pass the exponential and enter the
+    second (FlashAttention-3, arXiv 2407.08608, sec. 3.1: on H100 with 128-wide heads "exponential
+    can take 50% of the cycle compared to matmul"; NVIDIA, "Making Softmax More Efficient with
+    NVIDIA Blackwell Ultra", 2026: GB200's tensor cores idle until the softmax completes). No rate
+    (0): no time."""
+    return torch.where(peak_exp_per_s > 0, exps / torch.clamp_min(peak_exp_per_s, 1.0), 0.0)

@@ -29,7 +29,7 @@ from analytical.step import energy
 from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
-from analytical.step.kernels import flash_attention_time_s, gemm_time_s, memory_bound_time_s
+from analytical.step.kernels import flash_attention_time_s, gemm_time_s, memory_bound_time_s, softmax_exp_time_s
 from analytical.step.memo import memoizing
 from analytical.step.memory import (any_fsdp_unsharded, eager_cross_entropy, fsdp_keeps_unsharded, full_recompute_share,
                                     grad_bytes_per_param, memory_breakdown, op_recompute, optimizer_sharded,
@@ -40,6 +40,7 @@ from analytical.step.workload import (
     any_expert_tp,
     any_parameter_server,
     attention_core_flops,
+    attention_score_elements,
     expert_tp,
     fuse_jobs,
     gemm_bytes_per_element,
@@ -182,6 +183,9 @@ def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer
                                        d.kernel_launch_s, eff)
     flash_bwd = flash_attention_time_s(2.5 * core_flops, 2.0 * qkvo_bytes, peak16, d.hbm_bw_bytes_per_s,
                                        d.kernel_launch_s, eff)  # FA2 backward: 5 of the 2 fwd matmuls
+    if bool((d.peak_exp_per_s > 0).any()):  # one softmax exponential a score forward and one backward
+        exp_s = softmax_exp_time_s(attention_score_elements(d) * d.flash_attention, d.peak_exp_per_s)
+        flash_fwd, flash_bwd = flash_fwd + exp_s, flash_bwd + exp_s
     unfused = (1.0 - d.flash_attention) * is_kind(d, "transformer")
     scores = d.micro_batch_size * d.num_heads / d.tp * (d.seq_length / d.cp) * d.seq_length
     core_mem = memory_bound_time_s(4.5 * scores * elem * unfused, 2.0 * unfused, d.hbm_bw_bytes_per_s,

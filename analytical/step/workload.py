@@ -247,13 +247,51 @@ def logit_gemm_flops(d: DesignBatch) -> torch.Tensor:
 
 
 @per_evaluation
-def attention_core_flops(d: DesignBatch) -> torch.Tensor:
-    """Forward FLOPs of QK^T and softmax(.)V per micro-batch and device: 4 b (s/cp) s h / tp.
+def any_window(d: DesignBatch) -> bool:
+    """Whether any design of the batch has sliding-window attention (else none of its terms is computed)."""
+    return bool((d.window_size > 0).any())
 
-    Unfused kernels compute the full square; a causal flash kernel skips the masked half.
+
+@per_evaluation
+def windowed_layer_fraction(d: DesignBatch) -> torch.Tensor:
+    """Share of the layers that attend through the sliding window: all of them with
+    `window_attn_skip_freq` 0, else those whose 1-indexed number N does not divide (Megatron-Core
+    `is_layer_window_attention`: `layer_number % window_attn_skip_freq != 0`)."""
+    n = d.window_attn_skip_freq
+    full_layers = torch.where(n > 0, torch.floor(d.num_layers / torch.clamp_min(n, 1.0)), 0.0)
+    return torch.where(d.window_size > 0, (d.num_layers - full_layers) / d.num_layers, 0.0)
+
+
+@per_evaluation
+def causal_keys_per_query(d: DesignBatch) -> torch.Tensor:
+    """Keys a query attends to under the causal mask, averaged over its positions and the layers:
+    s/2 in full attention; w - w (w - 1) / (2 s) through a window of w < s keys (the mean of
+    min(i + 1, w) over positions i, as Megatron-Bridge's flop_utils `calculate_swa_context`)."""
+    s = d.seq_length
+    if not any_window(d):
+        return s / 2.0
+    w = d.window_size
+    windowed = torch.where(w < s, w - w * (w - 1.0) / (2.0 * s), s / 2.0)
+    f = windowed_layer_fraction(d)
+    return (1.0 - f) * s / 2.0 + f * windowed
+
+
+@per_evaluation
+def attention_core_flops(d: DesignBatch) -> torch.Tensor:
+    """Forward FLOPs of QK^T and softmax(.)V per micro-batch and device: 4 b (s/cp) k h / tp with k
+    keys a query: unfused kernels compute the full square (k = s); a causal flash kernel skips the
+    masked half and, in windowed layers, the tiles outside the window (`causal_keys_per_query`).
     """
-    full = 4.0 * local_tokens(d) * d.seq_length * attention_width(d) / d.tp * is_kind(d, "transformer")
-    return full * (1.0 - 0.5 * d.flash_attention)
+    keys = (1.0 - d.flash_attention) * d.seq_length + d.flash_attention * causal_keys_per_query(d)
+    return 4.0 * local_tokens(d) * keys * attention_width(d) / d.tp * is_kind(d, "transformer")
+
+
+@per_evaluation
+def attention_score_elements(d: DesignBatch) -> torch.Tensor:
+    """Scores (query-key pairs over the heads) a causal flash kernel computes per micro-batch and
+    device: b (s/cp) heads k / tp. Each is one exponential of the softmax forward, and one again
+    backward, where the probabilities are rebuilt from the saved log-sum-exp."""
+    return local_tokens(d) * d.num_heads / d.tp * causal_keys_per_query(d) * is_kind(d, "transformer")
 
 
 @per_evaluation
@@ -301,7 +339,8 @@ def active_params(d: DesignBatch) -> torch.Tensor:
 
 def layer_forward_flops_per_sequence(d: DesignBatch, gemms: Gemms | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """`(layer, attention_core)` forward FLOPs of one layer for one sequence, whole model (no
-    parallel split), counting the full attention square as Narayanan et al. 2021 do.
+    parallel split), counting the full attention square as Narayanan et al. 2021 do (sliding-window
+    layers: the square's share that their window keeps of the causal half, `causal_keys_per_query`).
 
     Derived from one device's GEMM table (`gemms`, computed when not given): every product is
     split over tp and over the cp sequence shards (the router only over cp), and expert parallelism
@@ -313,6 +352,8 @@ def layer_forward_flops_per_sequence(d: DesignBatch, gemms: Gemms | None = None)
     router[ROUTER_SLOT] = 1.0
     scale = c * (t * (1.0 - router) + router)
     core = 4.0 * d.micro_batch_size * d.seq_length**2 * attention_width(d) * is_kind(d, "transformer")
+    if any_window(d):
+        core = core * causal_keys_per_query(d) / (d.seq_length / 2.0)
     per_micro_batch = slot_sum(2.0 * gemms.m * gemms.n * gemms.k * gemms.count * gemms.serial * scale)
     return (per_micro_batch + d.flash_attention * core) / d.micro_batch_size, core / d.micro_batch_size
 

@@ -349,6 +349,12 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
     full = fields["recompute"] == RECOMPUTE_CODES["full"]
     fields["recompute_layers"] = torch.where(full & (ints(0, 2) == 0), ints(1, 8), zero)
     fields["etp"] = torch.where(ints(0, 2) == 0, one_, zero)  # whole experts on each rank (added last)
+    # special-function units on most accelerators (16 or 32 exponentials a clock per unit at 1.4-2 GHz)
+    # and sliding-window attention on a quarter of the designs (added last)
+    sfu = ints(0, 3).clamp_max(1) * choice([16, 32]) * uniform(1.4, 2.0) * 1e9
+    fields["peak_exp_per_s"] = sfu * fields["compute_units"]
+    fields["window_size"] = torch.where(ints(0, 3) == 0, pow2(5, 12), zero)
+    fields["window_attn_skip_freq"] = ints(0, 1) * ints(1, 4)
     fields["num_layers"] = torch.where(cnn, one_, fields["num_layers"])
     fields["seq_length"] = torch.where(cnn, one_, fields["seq_length"])
     return DesignBatch(**fields)
