@@ -19,39 +19,41 @@ from dataclasses import dataclass, fields
 class Efficiency:
     # Fraction of dense tensor-core peak the 16-bit GEMM main loop sustains in training. Started
     # from 0.93, cuBLAS's ~290 of 312 TFLOP/s on an isolated 16384x12288x12288 fp16 GEMM on A100
-    # (NVIDIA "Matrix multiplication background" user guide, 2023). Fitted (0.826); the per-tile
+    # (NVIDIA "Matrix multiplication background" user guide, 2023). Fitted (0.828); the per-tile
     # time below and wave quantization come on top.
-    gemm_peak_fraction: float = 0.8258
+    gemm_peak_fraction: float = 0.8280
     # Per-tile fixed time (prologue: filling the shared-memory pipeline from memory; epilogue:
     # writing the tile), seconds. ~185 TFLOP/s on an 8192x1024x1024 A100 GEMM (same guide) implies
     # ~0.2-0.5 K-blocks of 1024 of overhead, i.e. ~1-3 us a tile. A time, not tensor-core work: the
-    # same latency costs H100's 2.6x faster SMs 2.6x more of their work. Fitted (6.4 us).
-    gemm_tile_overhead_s: float = 6.425e-6
+    # same latency costs H100's 2.6x faster SMs 2.6x more of their work. Fitted (6.3 us).
+    gemm_tile_overhead_s: float = 6.313e-6
     # Fraction of the narrow formats' peak (fp8, mxfp8, nvfp4: twice or four times the 16-bit rate)
-    # that their GEMM main loop sustains, in place of `gemm_peak_fraction`. Fitted (0.834): about the
-    # 16-bit fraction (it stood at 0.887 until the experts' own data-parallel group and the hidden
+    # that their GEMM main loop sustains, in place of `gemm_peak_fraction`. Fitted (0.828): the 16-bit
+    # fraction's value (it stood at 0.887 until the experts' own data-parallel group and the hidden
     # weight gather of the distributed optimizer were modelled, when the fp8 rows had to look faster).
-    narrow_gemm_peak_fraction: float = 0.8337
+    narrow_gemm_peak_fraction: float = 0.8281
     # Fraction of HBM bandwidth that memory-bound kernels (norms, activations, softmax, dropout,
     # the optimizer) reach: ~0.8-0.9 in STREAM-like copies on A100/H100 (Chips and Cheese, 2021).
     # Fitted (at its bound 1.0: the fused kernels of today's stacks move fewer bytes than counted).
     hbm_bw_fraction: float = 1.0
     # FlashAttention-2 fwd+bwd reaches ~170 of 312 TFLOP/s on A100 (causal, head dim 128, seq 2k;
-    # Dao 2023, arXiv 2307.08691, Fig. 5): 0.55 of peak. Fitted (0.241): fused attention in
+    # Dao 2023, arXiv 2307.08691, Fig. 5): 0.55 of peak. Fitted (0.272), for the kernel's matmuls only:
+    # its softmax exponentials are timed apart at the special-function units' rate
+    # (`kernels.softmax_exp_time_s`, the accelerator's `peak_tera_exp_per_s`). Fused attention in
     # training runs far below the kernel benchmark, most visibly at long sequences with context
     # parallelism (torchtitan's 32k-256k rows), where the causal ring leaves ranks idle.
-    flash_attention_fraction: float = 0.2407
+    flash_attention_fraction: float = 0.2715
     # Fraction of link bandwidth collectives reach as bus bandwidth (NCCL tests on DGX A100:
-    # ~230 of 300 GB/s NVLink, ~22 of 25 GB/s per HDR NIC): ~0.8-0.9. Both fitted (0.904; 0.814:
+    # ~230 of 300 GB/s NVLink, ~22 of 25 GB/s per HDR NIC): ~0.8-0.9. Both fitted (0.888; 0.750:
     # at its bound 1.0 until MoE dispatch counted one copy per expert where DeepEP / HybridEP send
     # one per node, when the NIC had to look faster than it is).
-    scale_up_bw_fraction: float = 0.9043
-    scale_out_bw_fraction: float = 0.8137
+    scale_up_bw_fraction: float = 0.8877
+    scale_out_bw_fraction: float = 0.7502
     # ZeRO-3 parameter gathers and gradient scatters run far below the hierarchical NCCL bound in
     # DeepSpeed (per-module collectives of a flat ring): Narayanan et al. 2021 Table 2 shows 175B
     # ZeRO-3 at 768 and 1536 GPUs taking the same time, i.e. bandwidth-bound per GPU. Fraction of
-    # the hierarchical bound. Fitted (0.152). FSDP (`MappingSpec.fsdp`) runs at the bound.
-    zero3_comm_fraction: float = 0.1519
+    # the hierarchical bound. Fitted (0.162). FSDP (`MappingSpec.fsdp`) runs at the bound.
+    zero3_comm_fraction: float = 0.1620
     # Compute-communication interference: while a collective runs beside compute kernels (ZeRO-3
     # prefetch, overlapped data-parallel reduction, overlapped tp/cp communication), the compute
     # runs this many times slower (the collective's kernels hold SMs, and both share HBM), so an
@@ -59,12 +61,12 @@ class Efficiency:
     # perfect overlap. Lee et al. 2025 (arXiv 2507.03114) measure compute 18.9 % slower on average
     # (40 % at most) beside collectives on 4 A100/H100/MI250; an NVIDIA forum trace (2025, "Compute-
     # communication overlap causes severe GEMM performance degradation because of tail effect")
-    # shows an H100 GEMM ~1.7x slower beside an FSDP-style all-gather. Fitted (1.74): above Lee et
+    # shows an H100 GEMM ~1.7x slower beside an FSDP-style all-gather. Fitted (1.83): above Lee et
     # al.'s range; it also absorbs host-side costs of overlapped schedules this model does not separate.
-    overlap_compute_slowdown: float = 1.743
+    overlap_compute_slowdown: float = 1.833
     # Per-layer host/framework overhead per micro-batch (Python, kernel scheduling gaps), seconds.
     # Fitted (0.60 ms).
-    layer_overhead_s: float = 6.027e-4
+    layer_overhead_s: float = 5.977e-4
 
     def as_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
