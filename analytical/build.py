@@ -116,6 +116,7 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "recompute_layers": mapping.recompute_layers,
         "grad_reduce_in_fp32": float(mapping.grad_reduce_in_fp32),
         "etp": mapping.etp,
+        "fp8_param_gather": float(mapping.fp8_param_gather),
     }
 
 

@@ -125,6 +125,7 @@ class DesignBatch:
     recompute_layers: torch.Tensor
     grad_reduce_in_fp32: torch.Tensor
     etp: torch.Tensor  # 0: as tp
+    fp8_param_gather: torch.Tensor  # fp8 primary weights under per-tensor fp8
 
     @property
     def batch_size(self) -> int:

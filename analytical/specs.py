@@ -367,6 +367,13 @@ class MappingSpec:
     # expert_tensor_parallel_size; Megatron-Bridge's MoE perf recipes set 1, so with tp > 1 each
     # expert is whole on a rank and the ep group spans the tp ranks); 0: etp = tp (Megatron's default)
     etp: int = 0
+    # fp8 primary weights (Megatron `fp8_param_gather`, Transformer Engine fp8 parameters): under
+    # per-tensor fp8 (`precision: fp8`) the compute weights exist only in fp8, cast from the fp32
+    # master weights, and the distributed optimizer all-gathers them in fp8: 1 byte a parameter held
+    # and sent instead of a 16-bit weight plus its fp8 cast (Megatron-Core MoE README, FP8 training:
+    # "Eliminate BF16 weight copies", "50% parameter all-gather", "except MXFP8"). No effect on
+    # other precisions or under FSDP (ZeRO-3: NeMo v2.3.0 turns it off with Megatron-FSDP)
+    fp8_param_gather: bool = False
 
     def validate(self) -> "MappingSpec":
         spec = f"mapping[{self.name}]"
@@ -390,7 +397,7 @@ class MappingSpec:
                             "0 unless dp_mode is ps_sync (ps_async has no bound, allreduce no slack)")
         _check_bool(spec, self, ("sequence_parallel", "fsdp", "distributed_optimizer", "flash_attention",
                                  "overlap_dp_comm", "overlap_tp_comm", "overlap_pp_comm", "overlap_ep_comm",
-                                 "fused_cross_entropy", "grad_reduce_in_fp32"))
+                                 "fused_cross_entropy", "grad_reduce_in_fp32", "fp8_param_gather"))
         if self.overlap_ep_comm and self.recompute == "full":
             raise SpecError(spec, "overlap_ep_comm", self.overlap_ep_comm,
                             "false with recompute=full (Megatron-Core's expert-parallel overlap schedules "

@@ -132,6 +132,7 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
                           fused_cross_entropy=bool(int(_opt(row, "fused_cross_entropy", 1))),
                           recompute_layers=int(_opt(row, "recompute_layers", 0)),
                           grad_reduce_in_fp32=bool(int(_opt(row, "grad_reduce_in_fp32", 1))),
+                          fp8_param_gather=bool(int(_opt(row, "fp8_param_gather", 0))),
                           etp=int(_opt(row, "etp", 0)),
                           **{f"overlap_{k}_comm": bool(int(_opt(row, f"overlap_{k}_comm", 0)))
                              for k in ("dp", "tp", "pp", "ep")})

@@ -40,7 +40,7 @@ from analytical.step import collectives as coll
 from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
 from analytical.step.kernels import gemm_flops, gemm_hbm_bytes, gemm_sram_bytes
 from analytical.step.memory import (full_recompute_share, grad_bytes_per_param, op_recompute, optimizer_sharded,
-                                    sharded_params, weight_groups)
+                                    param_gather_bytes_per_param, sharded_params, weight_groups)
 from analytical.step.workload import (
     GEMM_SLOTS,
     Gemms,
@@ -346,7 +346,7 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     groups = weight_groups(d, params)
 
     grads = [(p * grad_bytes_per_param(d), g, s) for p, g, s in groups]
-    weights = [(p * elem, g, s) for p, g, s in groups]
+    weights = [(p * param_gather_bytes_per_param(d), g, s) for p, g, s in groups]
 
     def over_groups(link_bytes, buffers):
         (b, g, s), *rest = buffers

@@ -122,9 +122,30 @@ def sharded_params(groups, shard: torch.Tensor) -> torch.Tensor:
 
 
 @per_evaluation
+def fp8_primary_weights(d: DesignBatch) -> torch.Tensor | None:
+    """1.0 where the compute weights exist only in fp8 (`fp8_param_gather` with per-tensor fp8 and no
+    ZeRO-3 / FSDP), else 0.0; None where no design of the batch has them."""
+    if not bool((d.fp8_param_gather > 0).any()):
+        return None
+    on = (d.fp8_param_gather > 0) & (d.precision == PRECISION_CODES["fp8"]) & (d.zero_stage < 3)
+    return on.to(d.tp.dtype)
+
+
+@per_evaluation
 def weight_bytes_per_param(d: DesignBatch) -> torch.Tensor:
     wide = (d.precision <= PRECISION_CODES["tf32"]).to(d.tp.dtype)
-    return 2.0 + 2.0 * wide + is_narrow(d) * gemm_bytes_per_element(d)  # narrow: a bf16 weight and its cast copy
+    held = 2.0 + 2.0 * wide + is_narrow(d) * gemm_bytes_per_element(d)  # narrow: a bf16 weight and its cast copy
+    fp8_only = fp8_primary_weights(d)
+    return held if fp8_only is None else held - 2.0 * fp8_only  # fp8 primary weights: the fp8 copy alone
+
+
+@per_evaluation
+def param_gather_bytes_per_param(d: DesignBatch) -> torch.Tensor:
+    """Bytes a parameter the distributed optimizer (or ZeRO) all-gathers after the step: the 16-bit
+    (fp32: 32-bit) training dtype, 1 with fp8 primary weights."""
+    elem = activation_bytes_per_element(d)
+    fp8_only = fp8_primary_weights(d)
+    return elem if fp8_only is None else elem - (elem - 1.0) * fp8_only
 
 
 @per_evaluation

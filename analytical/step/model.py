@@ -33,7 +33,8 @@ from analytical.step.kernels import flash_attention_time_s, gemm_time_s, memory_
 from analytical.step.memo import memoizing
 from analytical.step.memory import (any_fsdp_unsharded, eager_cross_entropy, fsdp_keeps_unsharded, full_recompute_share,
                                     grad_bytes_per_param, memory_breakdown, op_recompute, optimizer_sharded,
-                                    params_per_device, recomputed_module_bytes, sharded_params, weight_groups)
+                                    param_gather_bytes_per_param, params_per_device, recomputed_module_bytes,
+                                    sharded_params, weight_groups)
 from analytical.step.workload import (
     GEMM_SLOTS,
     activation_bytes_per_element,
@@ -162,9 +163,8 @@ class _Layer:
     flash_fwd: torch.Tensor
     flash_bwd: torch.Tensor
     core_fwd: torch.Tensor  # unfused attention core (QK^T, AV, softmax and dropout traffic)
-    # what torchtitan's per-op checkpointing (`recompute=op`) runs again: every other matmul (half of
-    # the GEMM time on average), the unfused attention core and every memory-bound kernel (None
-    # where no design of the batch uses it)
+    # what torchtitan's per-op checkpointing (`recompute=op`) runs again: every other matmul (half of the
+    # GEMM time on average), the unfused attention core and every memory-bound kernel (None: unused)
     op_fwd: torch.Tensor | None
 
 
@@ -301,7 +301,7 @@ def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches,
     # experts over their own replicas (`memory.weight_groups`), one collective per class
     groups = weight_groups(d, params)
     grads = [(p * grad_bytes_per_param(d), g, s) for p, g, s in groups]
-    weights = [(p * elem, g, s) for p, g, s in groups]  # gathered in the 16-bit (fp32: 32-bit) training dtype
+    weights = [(p * param_gather_bytes_per_param(d), g, s) for p, g, s in groups]  # 16-bit, or fp8 primary weights
 
     def over_groups(collective, buffers):
         return _total(_on_group(collective, d, links, b, g, s) for b, g, s in buffers)

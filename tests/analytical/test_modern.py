@@ -222,3 +222,32 @@ def test_full_recompute_holds_one_rebuilt_layer(h100, system, design, llama7b):
     logits = float(memory_breakdown(full)["activations"][0]) - kept
     assert 0.0 < logits == pytest.approx(float(memory_breakdown(none)["activations"][0])
                                          - 32 * float(activation_bytes_per_layer(none)[0]), rel=1e-9)
+
+
+def test_fp8_primary_weights_hold_only_the_fp8_copy(h100, system, design, llama7b):
+    """Megatron `fp8_param_gather`: the compute weights exist only in fp8 (1 byte a parameter instead
+    of a bf16 weight and its fp8 cast); nothing changes for bf16 or mxfp8 (Megatron-Core's MoE README:
+    "except MXFP8") or under ZeRO-3 / FSDP."""
+    for precision, saved in (("fp8", 2.0), ("mxfp8", 0.0), ("bf16", 0.0)):
+        m = MappingSpec(precision=precision, distributed_optimizer=True)
+        plain, primary = (design(h100, system, llama7b, dataclasses.replace(m, fp8_param_gather=flag))
+                          for flag in (False, True))
+        p = float(params_per_device(plain)[0])
+        w, w8 = (float(memory_breakdown(x)["weights"][0]) for x in (plain, primary))
+        assert w - w8 == pytest.approx(saved * p, rel=1e-12)
+    zero3 = MappingSpec(precision="fp8", zero_stage=3)
+    a, b = (evaluate(design(h100, system, llama7b, dataclasses.replace(zero3, fp8_param_gather=f))) for f in (False, True))
+    assert float(a.memory_per_device_bytes[0]) == float(b.memory_per_device_bytes[0])
+    assert float(a.step_time_s[0]) == float(b.step_time_s[0])
+
+
+def test_fp8_primary_weights_halve_the_distributed_optimizers_gather(h100, make_system, design, llama7b):
+    """Reduce-scatter of 16-bit gradients and all-gather of the weights, serial: the gather, half of
+    the exchange, moves fp8 (1 byte) instead of bf16 (2), so the exchange takes about a quarter less."""
+    m = MappingSpec(precision="fp8", dp=16, global_batch_size=16, distributed_optimizer=True,
+                    grad_reduce_in_fp32=False)
+    plain, primary = (evaluate(design(h100, make_system(16), llama7b, dataclasses.replace(m, fp8_param_gather=f)))
+                      for f in (False, True))
+    before, after = (float(r.time_breakdown_s["dp_comm"][0]) for r in (plain, primary))
+    assert after < before
+    assert (before - after) / before == pytest.approx(0.25, abs=0.01)  # latency terms aside

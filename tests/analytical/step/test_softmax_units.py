@@ -158,3 +158,13 @@ def test_no_sfu_rate_leaves_attention_as_before(h100, system, design):
     r = evaluate(d)
     with_rate = evaluate(design(dataclasses.replace(h100, peak_tera_exp_per_s=3.87), system, FULL, FLASH))
     assert float(with_rate.step_time_s[0]) > float(r.step_time_s[0])
+
+
+def test_a_design_space_can_vary_the_exponential_rate(h100, system, design):
+    from analytical.space import DesignSpace, Parameter
+
+    template = design(dataclasses.replace(h100, peak_tera_exp_per_s=3.87), system, FULL, FLASH)
+    space = DesignSpace("sfu", (Parameter("peak_exp_per_s", "continuous", 2e12, 16e12, log=True),), template).validate()
+    u = torch.linspace(0.0, 1.0, 5, dtype=torch.float64).unsqueeze(-1)
+    times = space.evaluate(u).step_time_s
+    assert torch.all(times[1:] < times[:-1])  # more exponentials a second: never slower, here faster
