@@ -360,7 +360,7 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     rs = over_groups(all_gather_link_bytes, grads)
     ag = over_groups(all_gather_link_bytes, weights)
     z = d.zero_stage
-    sharded = ((z >= 1) | (d.distributed_optimizer > 0)).to(d.tp.dtype)
+    sharded = optimizer_sharded(d).to(d.tp.dtype)
 
     def dp_level(i: int) -> torch.Tensor:
         return torch.where(z >= 3, micro_batches * (2.0 * ag[i] + rs[i]),

@@ -282,7 +282,7 @@ def _pipeline_p2p_s(d: DesignBatch, links, elem, micro_batches) -> torch.Tensor:
     return 2.0 * p2p * (steady + d.pp - 1.0)
 
 
-def _data_parallel_time_s(d: DesignBatch, params, links, elem, micro_batches,
+def _data_parallel_time_s(d: DesignBatch, params, links, micro_batches,
                           eff: Efficiency) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Data-parallel / ZeRO communication per step, before overlap: `(total, gather)`, where `gather`
     is the part of `total` that all-gathers the updated weights of Megatron's distributed optimizer
@@ -381,7 +381,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     # overlap_grad_reduce and overlap_param_gather). Either way the compute beside the collective
     # slows down (`_exposed`, `Efficiency.overlap_compute_slowdown`).
     params = params_per_device(d)
-    dp_time, dp_gather = _data_parallel_time_s(d, params, links, elem, micro_batches, eff)
+    dp_time, dp_gather = _data_parallel_time_s(d, params, links, micro_batches, eff)
     backward_wall = (layers_per_stage * (layer.backward + comm["tp_bwd"] + comm["cp_bwd"] + comm["ep_bwd"])
                      + logit_parts["backward_compute"])
     zero3 = d.zero_stage >= 3
