@@ -8,8 +8,8 @@ from typing import Sequence
 
 import torch
 
-from analytical.codes import (CNN_ARCH_CODES, DP_MODE_CODES, DTYPE, EP_DISPATCHER_CODES, FFN_CODES, GB, GIB,
-                              KIND_CODES, MIB, PRECISION_CODES, RECOMPUTE_CODES, TFLOPS, TOPOLOGY_CODES, US)
+from analytical.codes import (CNN_ARCH_CODES, CUDA_GRAPH_CODES, DP_MODE_CODES, DTYPE, EP_DISPATCHER_CODES, FFN_CODES,
+                              GB, GIB, KIND_CODES, MIB, PRECISION_CODES, RECOMPUTE_CODES, TFLOPS, TOPOLOGY_CODES, US)
 from analytical.design import DesignBatch
 from analytical.power_cap import apply_power_limit
 from analytical.specs import AcceleratorSpec, MappingSpec, ModelSpec, SystemSpec
@@ -117,6 +117,8 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "grad_reduce_in_fp32": float(mapping.grad_reduce_in_fp32),
         "etp": mapping.etp,
         "fp8_param_gather": float(mapping.fp8_param_gather),
+        "cuda_graph": CUDA_GRAPH_CODES[mapping.cuda_graph],
+        "fp8_attention": float(mapping.fp8_attention),
     }
 
 

@@ -7,8 +7,8 @@ from enum import IntEnum
 
 import torch
 
-from analytical.specs import (CNN_ARCHS, DP_MODES, EP_DISPATCHERS, FFN_TYPES, MODEL_KINDS, PEAK_FORMATS,
-                              PRECISION_FORMAT, PRECISIONS, RECOMPUTE, TOPOLOGIES)
+from analytical.specs import (CNN_ARCHS, CUDA_GRAPHS, DP_MODES, EP_DISPATCHERS, FFN_TYPES, MODEL_KINDS,
+                              PEAK_FORMATS, PRECISION_FORMAT, PRECISIONS, RECOMPUTE, TOPOLOGIES)
 
 DTYPE = torch.float64  # every tensor of the model
 # integer codes of the categorical parameters (a DesignBatch stores them as float64)
@@ -20,6 +20,7 @@ KIND_CODES = {name: i for i, name in enumerate(MODEL_KINDS)}
 RECOMPUTE_CODES = {name: i for i, name in enumerate(RECOMPUTE)}
 TOPOLOGY_CODES = {name: i for i, name in enumerate(TOPOLOGIES)}
 EP_DISPATCHER_CODES = {name: i for i, name in enumerate(EP_DISPATCHERS)}
+CUDA_GRAPH_CODES = {name: i for i, name in enumerate(CUDA_GRAPHS)}
 CNN_ARCH_CODES = {name: i + 1 for i, name in enumerate(CNN_ARCHS)}  # 0: not a CNN
 DP_MODE_CODES = {name: i for i, name in enumerate(DP_MODES)}
 

@@ -126,6 +126,8 @@ class DesignBatch:
     grad_reduce_in_fp32: torch.Tensor
     etp: torch.Tensor  # 0: as tp
     fp8_param_gather: torch.Tensor  # fp8 primary weights under per-tensor fp8
+    cuda_graph: torch.Tensor  # CUDA_GRAPH_CODES
+    fp8_attention: torch.Tensor  # fused attention at the fp8 peak under narrow precisions
 
     @property
     def batch_size(self) -> int:

@@ -54,8 +54,8 @@ from analytical.build import single_design
 from analytical.codes import DTYPE, RECOMPUTE_CODES
 from analytical.design import DesignBatch
 from analytical.result import StepResult
-from analytical.specs import (DP_MODES, EP_DISPATCHERS, MEGATRON_RECOMPUTE, PRECISIONS, RECOMPUTE, AcceleratorSpec,
-                              MappingSpec, ModelSpec, SpecError, SystemSpec)
+from analytical.specs import (CUDA_GRAPHS, DP_MODES, EP_DISPATCHERS, MEGATRON_RECOMPUTE, PRECISIONS, RECOMPUTE,
+                              AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec)
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.model import evaluate
 
@@ -293,7 +293,9 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
         ep_dispatcher=EP_DISPATCHERS[num("ep_dispatcher")], offload_layers=num("offload_layers"),
         fused_jobs=num("fused_jobs"), dp_mode=DP_MODES[num("dp_mode")], ps_shards=num("ps_shards"),
         staleness=num("staleness"), fused_cross_entropy=flag("fused_cross_entropy"),
-        recompute_layers=num("recompute_layers"), grad_reduce_in_fp32=flag("grad_reduce_in_fp32"), etp=num("etp"))
+        recompute_layers=num("recompute_layers"), grad_reduce_in_fp32=flag("grad_reduce_in_fp32"), etp=num("etp"),
+        fp8_param_gather=flag("fp8_param_gather"), cuda_graph=CUDA_GRAPHS[num("cuda_graph")],
+        fp8_attention=flag("fp8_attention"))
     return mapping.validate()
 
 

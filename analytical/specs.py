@@ -42,6 +42,15 @@ TOPOLOGIES = ("fat-tree", "rail-optimized", "torus")
 # once to each other scale-up domain that holds one of its experts and fan it out inside the
 # domain (DeepSeek-V3 technical report, arXiv 2412.19437, section 3.2.2)
 EP_DISPATCHERS = ("alltoall", "deepep", "hybridep")
+# How much of a training step replays from CUDA graphs (Megatron-Core cuda_graph_impl and
+# cuda_graph_scope): `none` launches every kernel from the host (eager PyTorch); `partial` replays
+# per-layer graphs of some modules only (e.g. scope attn, moe_router, moe_preprocess), the rest of the
+# layer (the experts, the token dispatch) still launched eagerly; `layer` replays whole transformer
+# layers (Megatron `enable_cuda_graph`, "local" or "transformer_engine" with the full-layer scope);
+# `full` the whole forward-backward step ("full_iteration"). The step model takes the host out only
+# under `full`: the validation rows with whole-layer graphs still show the per-layer gaps (the schedule
+# between the graphs stays on the host), so `partial` and `layer` are timed as `none`
+CUDA_GRAPHS = ("none", "partial", "layer", "full")
 # How data-parallel replicas combine their gradients: `allreduce` (NCCL-style collectives);
 # `ps_sync`, workers push gradients to and pull weights from `ps_shards` parameter-server shards and
 # wait for each other (BSP; with `staleness` s > 0 the stale-synchronous SSP of Ho et al. NIPS 2013);
@@ -340,6 +349,7 @@ class MappingSpec:
     # (Megatron-Core overlap_moe_expert_parallel_comm, "1F1B A2A overlap"; not with full recompute)
     overlap_ep_comm: bool = False
     ep_dispatcher: str = "alltoall"  # one of EP_DISPATCHERS
+    cuda_graph: str = "none"  # one of CUDA_GRAPHS
     # layers of each pipeline stage whose activations wait in host memory between the forward and
     # backward passes (Megatron-Core cpu_offloading_num_layers); their copies overlap compute
     offload_layers: int = 0
@@ -374,6 +384,10 @@ class MappingSpec:
     # "Eliminate BF16 weight copies", "50% parameter all-gather", "except MXFP8"). No effect on
     # other precisions or under FSDP (ZeRO-3: NeMo v2.3.0 turns it off with Megatron-FSDP)
     fp8_param_gather: bool = False
+    # fp8 attention (Megatron `fp8_dot_product_attention`, Transformer Engine's cuDNN FP8 fused
+    # attention): under a narrow precision the fused attention kernel's matmuls run at the fp8 peak
+    # instead of the 16-bit one. No effect under 16-bit precisions or with unfused attention
+    fp8_attention: bool = False
 
     def validate(self) -> "MappingSpec":
         spec = f"mapping[{self.name}]"
@@ -390,6 +404,7 @@ class MappingSpec:
         _check_choice(spec, self, "recompute", RECOMPUTE)
         _check_choice(spec, self, "precision", PRECISIONS)
         _check_choice(spec, self, "ep_dispatcher", EP_DISPATCHERS)
+        _check_choice(spec, self, "cuda_graph", CUDA_GRAPHS)
         _check_choice(spec, self, "dp_mode", DP_MODES)
         _check_int(spec, self, ("ps_shards", "staleness"), minimum=0)
         if self.staleness and self.dp_mode != "ps_sync":
@@ -397,7 +412,8 @@ class MappingSpec:
                             "0 unless dp_mode is ps_sync (ps_async has no bound, allreduce no slack)")
         _check_bool(spec, self, ("sequence_parallel", "fsdp", "distributed_optimizer", "flash_attention",
                                  "overlap_dp_comm", "overlap_tp_comm", "overlap_pp_comm", "overlap_ep_comm",
-                                 "fused_cross_entropy", "grad_reduce_in_fp32", "fp8_param_gather"))
+                                 "fused_cross_entropy", "grad_reduce_in_fp32", "fp8_param_gather",
+                                 "fp8_attention"))
         if self.overlap_ep_comm and self.recompute == "full":
             raise SpecError(spec, "overlap_ep_comm", self.overlap_ep_comm,
                             "false with recompute=full (Megatron-Core's expert-parallel overlap schedules "

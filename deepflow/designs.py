@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from analytical.codes import (
     CNN_ARCH_CODES,
+    CUDA_GRAPH_CODES,
     DP_MODE_CODES,
     EP_DISPATCHER_CODES,
     FFN_CODES,
@@ -94,11 +95,13 @@ SPEC_FIELDS: dict[str, tuple[str, str, float, Optional[dict]]] = {
        ("tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "micro_batch_size", "global_batch_size",
         "zero_stage", "fsdp", "distributed_optimizer", "flash_attention", "overlap_dp_comm", "overlap_tp_comm",
         "overlap_pp_comm", "overlap_ep_comm", "offload_layers", "fused_jobs", "ps_shards", "staleness",
-        "fused_cross_entropy", "recompute_layers", "grad_reduce_in_fp32", "etp", "fp8_param_gather")},
+        "fused_cross_entropy", "recompute_layers", "grad_reduce_in_fp32", "etp", "fp8_param_gather",
+        "fp8_attention")},
     "dp_mode": ("mapping", "dp_mode", 1.0, DP_MODE_CODES),
     "recompute": ("mapping", "recompute", 1.0, RECOMPUTE_CODES),
     "precision": ("mapping", "precision", 1.0, PRECISION_CODES),
     "ep_dispatcher": ("mapping", "ep_dispatcher", 1.0, EP_DISPATCHER_CODES),
+    "cuda_graph": ("mapping", "cuda_graph", 1.0, CUDA_GRAPH_CODES),
 }
 SPEC_GROUPS = ("hardware", "system", "model", "mapping")
 

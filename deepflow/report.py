@@ -40,6 +40,9 @@ def design_line(accelerator, system, model, mapping) -> str:
             + ("" if mapping.grad_reduce_in_fp32 else " grad_reduce_in_fp32=0")
             + (f" recompute_layers={mapping.recompute_layers}" if mapping.recompute_layers else "")
             + (f" etp={mapping.etp}" if mapping.etp else "")
+            + (" fp8_param_gather=1" if mapping.fp8_param_gather else "")
+            + (" fp8_attention=1" if mapping.fp8_attention else "")
+            + (f" cuda_graph={mapping.cuda_graph}" if mapping.cuda_graph != "none" else "")
             + (f" power_limit={accelerator.power_limit_w:g}W" if accelerator.power_limit_w else ""))
 
 

@@ -129,10 +129,12 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
                           flash_attention=bool(int(_opt(row, "flash_attention", int(flash_attention)))),
                           offload_layers=int(_opt(row, "offload_layers", 0)),
                           ep_dispatcher=str(_opt(row, "ep_dispatcher", "alltoall")),
+                          cuda_graph=str(_opt(row, "cuda_graph", "none")),
                           fused_cross_entropy=bool(int(_opt(row, "fused_cross_entropy", 1))),
                           recompute_layers=int(_opt(row, "recompute_layers", 0)),
                           grad_reduce_in_fp32=bool(int(_opt(row, "grad_reduce_in_fp32", 1))),
                           fp8_param_gather=bool(int(_opt(row, "fp8_param_gather", 0))),
+                          fp8_attention=bool(int(_opt(row, "fp8_attention", 0))),
                           etp=int(_opt(row, "etp", 0)),
                           **{f"overlap_{k}_comm": bool(int(_opt(row, f"overlap_{k}_comm", 0)))
                              for k in ("dp", "tp", "pp", "ep")})
@@ -296,12 +298,12 @@ def report(rows: Rows, eff: Efficiency, pred: dict | None = None, group_by: tupl
 
 FIT_FIELDS = ("gemm_peak_fraction", "gemm_tile_overhead_s", "narrow_gemm_peak_fraction", "hbm_bw_fraction",
               "flash_attention_fraction", "scale_up_bw_fraction", "scale_out_bw_fraction", "zero3_comm_fraction",
-              "overlap_compute_slowdown", "layer_overhead_s")
+              "overlap_compute_slowdown", "layer_overhead_s", "moe_layer_host_s")
 FIT_BOUNDS = {"gemm_peak_fraction": (0.5, 1.0), "gemm_tile_overhead_s": (0.0, 2e-5),
               "narrow_gemm_peak_fraction": (0.3, 1.0), "hbm_bw_fraction": (0.3, 1.0),
               "flash_attention_fraction": (0.2, 1.0), "scale_up_bw_fraction": (0.3, 1.0),
               "scale_out_bw_fraction": (0.1, 1.0), "zero3_comm_fraction": (0.02, 1.0),
-              "overlap_compute_slowdown": (1.0, 3.0), "layer_overhead_s": (0.0, 5e-3)}
+              "overlap_compute_slowdown": (1.0, 3.0), "layer_overhead_s": (0.0, 5e-3), "moe_layer_host_s": (0.0, 1e-2)}
 
 
 # a log-time residual below this counts fully (soft-L1 loss), above it linearly: robust to a few odd rows

@@ -65,8 +65,17 @@ class Efficiency:
     # al.'s range; it also absorbs host-side costs of overlapped schedules this model does not separate.
     overlap_compute_slowdown: float = 1.833
     # Per-layer host/framework overhead per micro-batch (Python, kernel scheduling gaps), seconds.
-    # Fitted (0.60 ms).
+    # Fitted (0.60 ms). None under a full-iteration CUDA graph (`MappingSpec.cuda_graph` full).
     layer_overhead_s: float = 5.977e-4
+    # Least time of an MoE layer's forward or backward pass of one micro-batch where the host launches
+    # its kernels (no full-iteration CUDA graph), seconds: the host's time to launch the router, the
+    # permutations, the dispatch and the expert GEMMs. The token dispatcher's host-device
+    # synchronization (Megatron-Core MoEAlltoAllTokenDispatcher, `cuda_sync_point`) keeps the host
+    # from running ahead into the next layer, so a layer whose GPU work is shorter waits on the host.
+    # Fitted (4.96 ms) with every other constant held; not under a full-iteration CUDA graph. The
+    # validation rows show such a floor: Qwen3-30B-A3B at micro-batch 1 takes 4.4 ms a layer pass on
+    # B200 and 4.7 ms on H100 (Megatron-Bridge 26.02 / 26.02.01), where the GPU's work is 2.2 / 3.4 ms.
+    moe_layer_host_s: float = 4.963e-3
 
     def as_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

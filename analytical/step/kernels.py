@@ -127,3 +127,19 @@ def softmax_exp_time_s(exps: torch.Tensor, peak_exp_per_s: torch.Tensor) -> torc
     NVIDIA Blackwell Ultra", 2026: GB200's tensor cores idle until the softmax completes). No rate
     (0): no time."""
     return torch.where(peak_exp_per_s > 0, exps / torch.clamp_min(peak_exp_per_s, 1.0), 0.0)
+
+
+def host_wait_s(forward_s: torch.Tensor, backward_s: torch.Tensor, moe: torch.Tensor, eager: torch.Tensor,
+                merged: torch.Tensor, eff: Efficiency) -> tuple[torch.Tensor, torch.Tensor]:
+    """Time the GPU waits on the host in one MoE layer's forward and backward pass of one micro-batch,
+    `(batch,)` each: what a pass (compute and exposed communication, `forward_s`, `backward_s`) falls
+    short of `moe_layer_host_s`, the host's time to launch it, where the host launches it (`eager` 1:
+    no full-iteration CUDA graph) and the layer is MoE (`moe` 1). The token dispatcher's host-device
+    synchronization keeps the host from running ahead into the next layer, so a shorter pass waits.
+    Where the 1F1B expert-parallel overlap merges a forward and a backward (`merged` 1), the pair
+    waits as one, charged to the backward (where that overlap charges its exposed dispatch).
+    """
+    floor = eager * moe * eff.moe_layer_host_s
+    pair = torch.relu(2.0 * floor - forward_s - backward_s)
+    wait_fwd, wait_bwd = torch.relu(floor - forward_s), torch.relu(floor - backward_s)
+    return torch.where(merged > 0, 0.0, wait_fwd), torch.where(merged > 0, pair, wait_bwd)

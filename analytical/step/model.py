@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from analytical.codes import DP_MODE_CODES, RECOMPUTE_CODES, Reason
+from analytical.codes import CUDA_GRAPH_CODES, DP_MODE_CODES, RECOMPUTE_CODES, Reason
 from analytical.design import DesignBatch
 from analytical.result import StepResult
 from analytical.step import collectives as coll
@@ -29,34 +29,19 @@ from analytical.step import energy
 from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
-from analytical.step.kernels import flash_attention_time_s, gemm_time_s, memory_bound_time_s, softmax_exp_time_s
+from analytical.step.kernels import (flash_attention_time_s, gemm_time_s, host_wait_s, memory_bound_time_s,
+                                     softmax_exp_time_s)
 from analytical.step.memo import memoizing
 from analytical.step.memory import (any_fsdp_unsharded, eager_cross_entropy, fsdp_keeps_unsharded, full_recompute_share,
                                     grad_bytes_per_param, memory_breakdown, op_recompute, optimizer_sharded,
                                     param_gather_bytes_per_param, params_per_device, recomputed_module_bytes,
                                     sharded_params, weight_groups)
-from analytical.step.workload import (
-    GEMM_SLOTS,
-    activation_bytes_per_element,
-    any_expert_tp,
-    any_parameter_server,
-    attention_core_flops,
-    attention_score_elements,
-    expert_tp,
-    fuse_jobs,
-    gemm_bytes_per_element,
-    is_kind,
-    is_narrow,
-    layer_forward_flops_per_sequence,
-    layer_gemms,
-    local_tokens,
-    logit_gemm_flops,
-    memory_bound_bytes_per_layer,
-    mlp_tp,
-    model_flops_per_step,
-    slot_sum,
-    stage_layers,
-)
+from analytical.step.workload import (GEMM_SLOTS, activation_bytes_per_element, any_expert_tp, any_parameter_server,
+                                      attention_core_flops, attention_peak, attention_score_elements, expert_tp,
+                                      fuse_jobs, gemm_bytes_per_element, is_kind, is_narrow,
+                                      layer_forward_flops_per_sequence, layer_gemms, local_tokens, logit_gemm_flops,
+                                      memory_bound_bytes_per_layer, mlp_tp, model_flops_per_step, sixteen_bit_peak,
+                                      slot_sum, stage_layers)
 
 TIME_PARTS = ("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm",
               "pipeline_bubble", "pp_p2p", "dp_comm", "optimizer")
@@ -75,11 +60,9 @@ def gemm_peak_fraction(d: DesignBatch, eff: Efficiency) -> torch.Tensor:
     return eff.gemm_peak_fraction + is_narrow(d) * (eff.narrow_gemm_peak_fraction - eff.gemm_peak_fraction)
 
 
-def sixteen_bit_peak(d: DesignBatch, peak: torch.Tensor) -> torch.Tensor:
-    """Peak of the kernels that stay 16-bit under narrow-format training (fused attention, the
-    output layer; Transformer Engine's default recipes): bf16's where the chip has it, else the
-    precision's own."""
-    return torch.where((is_narrow(d) > 0) & (d.peak_bf16_flops_per_s > 0), d.peak_bf16_flops_per_s, peak)
+def _eager(d: DesignBatch) -> torch.Tensor:
+    """1 where the host launches the kernels (no full-iteration CUDA graph), else 0, `(batch,)`."""
+    return (d.cuda_graph != CUDA_GRAPH_CODES["full"]).to(d.tp.dtype)
 
 
 def _gemm_table_time_s(tables, d: DesignBatch, peak: torch.Tensor, eff: Efficiency,
@@ -178,10 +161,10 @@ def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer
     fwd_mem = memory_bound_time_s(mb_bytes, mb_kernels, d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
     core_flops = attention_core_flops(d) * d.flash_attention
     qkvo_bytes = 4.0 * local_tokens(d) * attention_width(d) / d.tp * elem * d.flash_attention
-    peak16 = sixteen_bit_peak(d, peak)
-    flash_fwd = flash_attention_time_s(core_flops, qkvo_bytes, peak16, d.hbm_bw_bytes_per_s,
+    attn_peak = attention_peak(d, peak)
+    flash_fwd = flash_attention_time_s(core_flops, qkvo_bytes, attn_peak, d.hbm_bw_bytes_per_s,
                                        d.kernel_launch_s, eff)
-    flash_bwd = flash_attention_time_s(2.5 * core_flops, 2.0 * qkvo_bytes, peak16, d.hbm_bw_bytes_per_s,
+    flash_bwd = flash_attention_time_s(2.5 * core_flops, 2.0 * qkvo_bytes, attn_peak, d.hbm_bw_bytes_per_s,
                                        d.kernel_launch_s, eff)  # FA2 backward: 5 of the 2 fwd matmuls
     if bool((d.peak_exp_per_s > 0).any()):  # one softmax exponential a score forward and one backward
         exp_s = softmax_exp_time_s(attention_score_elements(d) * d.flash_attention, d.peak_exp_per_s)
@@ -193,8 +176,9 @@ def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer
     fwd_gemm = slot_sum(fwd_slots)
     forward = fwd_gemm + flash_fwd + fwd_mem
     backward = slot_sum(bwd_slots) + flash_bwd + 2.0 * fwd_mem
-    if eff.layer_overhead_s != 0.0:  # (a calibration may set 0: then no additions of zero)
-        forward, backward = forward + eff.layer_overhead_s, backward + eff.layer_overhead_s
+    if eff.layer_overhead_s != 0.0:  # framework gaps a layer pass; none under a full-iteration CUDA graph
+        gaps = eff.layer_overhead_s * _eager(d)
+        forward, backward = forward + gaps, backward + gaps
     core_gemm = fwd_slots[..., CORE_SLOTS].sum(-1)
     op_fwd = 0.5 * (fwd_gemm - core_gemm) + core_gemm + core_mem + fwd_mem if op_recompute(d) is not None else None
     return _Layer(fwd_slots=fwd_slots, bwd_slots=bwd_slots, forward=forward, backward=backward,
@@ -344,6 +328,11 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     gemms = layer_gemms(d)
     layer = _layer_compute(d, gemms, peak, elem, eff)
     comm = _model_parallel_comm(d, layer, links, elem, eff)
+    if eff.moe_layer_host_s != 0.0 and bool((d.num_experts > 1).any()):  # MoE layer passes waiting on the host
+        wait_fwd, wait_bwd = host_wait_s(layer.forward + comm["tp_fwd"] + comm["cp_fwd"] + comm["ep_fwd"],
+                                         layer.backward + comm["tp_bwd"] + comm["cp_bwd"] + comm["ep_bwd"],
+                                         (d.num_experts > 1).to(peak.dtype), _eager(d), d.overlap_ep_comm, eff)
+        layer.forward, layer.backward = layer.forward + wait_fwd, layer.backward + wait_bwd
 
     selective = (d.recompute == RECOMPUTE_CODES["selective"]).to(peak.dtype)
     full = full_recompute_share(d)  # 1 where full recompute rebuilds every layer, the share where fewer

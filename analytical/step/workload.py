@@ -53,6 +53,20 @@ def is_narrow(d: DesignBatch) -> torch.Tensor:
     return (d.precision >= PRECISION_CODES["fp8"]).to(d.precision.dtype)
 
 
+def sixteen_bit_peak(d: DesignBatch, peak: torch.Tensor) -> torch.Tensor:
+    """Peak of the kernels that stay 16-bit under narrow-format training (fused attention, the
+    output layer; Transformer Engine's default recipes): bf16's where the chip has it, else the
+    precision's own."""
+    return torch.where((is_narrow(d) > 0) & (d.peak_bf16_flops_per_s > 0), d.peak_bf16_flops_per_s, peak)
+
+
+def attention_peak(d: DesignBatch, peak: torch.Tensor) -> torch.Tensor:
+    """Peak of the fused attention kernel's matmuls: fp8's under a narrow precision with
+    `fp8_attention` (where the chip has fp8), else `sixteen_bit_peak`."""
+    fp8 = (d.fp8_attention > 0) & (is_narrow(d) > 0) & (d.peak_fp8_flops_per_s > 0)
+    return torch.where(fp8, d.peak_fp8_flops_per_s, sixteen_bit_peak(d, peak))
+
+
 @per_evaluation
 def gemm_bytes_per_element(d: DesignBatch) -> torch.Tensor:
     """Bytes per GEMM input element: 4 (fp32/tf32), 2 (fp16/bf16), 1 (fp8, mxfp8: 1 + a 1-byte

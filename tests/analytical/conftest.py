@@ -356,6 +356,8 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
     fields["window_size"] = torch.where(ints(0, 3) == 0, pow2(5, 12), zero)
     fields["window_attn_skip_freq"] = ints(0, 1) * ints(1, 4)
     fields["fp8_param_gather"] = ints(0, 1)  # fp8 primary weights (added last)
+    fields["cuda_graph"] = ints(0, 3)  # CUDA_GRAPH_CODES
+    fields["fp8_attention"] = ints(0, 1)
     fields["num_layers"] = torch.where(cnn, one_, fields["num_layers"])
     fields["seq_length"] = torch.where(cnn, one_, fields["seq_length"])
     return DesignBatch(**fields)
