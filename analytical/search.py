@@ -80,6 +80,12 @@ class SearchOptions:
     ep_dispatcher: str = "alltoall"
     overlap_ep_comm: bool = False
     etp: int = 0  # expert tensor parallelism, as given (0: experts split over tp, Megatron's default)
+    # the rest of the software stack, as given (MappingSpec's fields of the same names)
+    cuda_graph: str = "none"
+    fp8_attention: bool = False
+    fp8_param_gather: bool = False
+    grad_reduce_in_fp32: bool = True
+    fused_cross_entropy: bool = True
     max_micro_batch_size: int = 16
     max_vp: int = 8
     all_divisors: bool = False  # micro-batch and vp: every integer up to the cap, not powers of two
@@ -111,6 +117,8 @@ class SearchOptions:
             raise SpecError("search", "etp", self.etp, "an integer >= 0")
         if self.ep_dispatcher not in EP_DISPATCHERS:
             raise SpecError("search", "ep_dispatcher", self.ep_dispatcher, "one of " + ", ".join(EP_DISPATCHERS))
+        if self.cuda_graph not in CUDA_GRAPHS:
+            raise SpecError("search", "cuda_graph", self.cuda_graph, "one of " + ", ".join(CUDA_GRAPHS))
         if not self.recompute or not self.zero_stages:
             raise SpecError("search", "recompute/zero_stages", (), "at least one value")
         if self.overlap_ep_comm and set(self.recompute) == {"full"}:
@@ -233,7 +241,9 @@ def _template(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec
     mapping = MappingSpec(name="search-template", global_batch_size=global_batch_size, precision=precision,
                           flash_attention=opt.flash_attention, overlap_dp_comm=opt.overlap_dp_comm,
                           overlap_tp_comm=opt.overlap_tp_comm, ep_dispatcher=opt.ep_dispatcher,
-                          overlap_ep_comm=opt.overlap_ep_comm, etp=opt.etp)
+                          overlap_ep_comm=opt.overlap_ep_comm, etp=opt.etp, cuda_graph=opt.cuda_graph,
+                          fp8_attention=opt.fp8_attention, fp8_param_gather=opt.fp8_param_gather,
+                          grad_reduce_in_fp32=opt.grad_reduce_in_fp32, fused_cross_entropy=opt.fused_cross_entropy)
     return single_design(accelerator, system, model, mapping)
 
 

@@ -13,12 +13,15 @@ MLflow: a search is a query, not a run).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 from deepflow.presets import ConfigError
 
 CONFIG_NAME = "best_mapping"
+# mapping fields the search takes as given from the command line's mapping (not searched)
+SOFTWARE_FIELDS = ("cuda_graph", "fp8_attention", "fp8_param_gather", "grad_reduce_in_fp32", "fused_cross_entropy")
 
 
 def search(cfg) -> tuple[tuple, Any, str | None]:
@@ -34,10 +37,11 @@ def search(cfg) -> tuple[tuple, Any, str | None]:
     accelerator, system, model, mapping = specs
     eff = efficiency_of(cfg, accelerator.name)  # calibration=<file>: its constants
     if derived is None:
+        stack = dataclasses.replace(DEFAULT_OPTIONS, **{k: getattr(mapping, k) for k in SOFTWARE_FIELDS})
         return specs, best_mappings(accelerator, system, model, mapping.global_batch_size, top_k=top_k,
                                     precision=mapping.precision, flash_attention=mapping.flash_attention,
                                     ep_dispatcher=mapping.ep_dispatcher, overlap_ep_comm=mapping.overlap_ep_comm,
-                                    etp=mapping.etp, eff=eff), None
+                                    etp=mapping.etp, eff=eff, options=stack), None
     if int(derived.reason[0]):  # an answer, as in evaluate: no mapping runs on a chip that cannot be built
         return specs, None, f"the chip cannot be built ({REASON_TEXT[Reason(int(derived.reason[0]))]})"
     # a derived chip: search around its tensors (operating-point energies, its own NIC), as evaluate does

@@ -240,3 +240,17 @@ def test_search_restores_the_thread_setting():
     assert torch.get_num_threads() == before
     best_mappings(a100(), dgx(8), GPT_1P3B, 64, top_k=1, options=SearchOptions(num_threads=None))
     assert torch.get_num_threads() == before
+
+
+def test_the_software_stack_is_taken_as_given():
+    """CUDA graphs, fp8 attention and fp8 primary weights come from the options into every mapping found."""
+    moe = ModelSpec(name="moe-small", num_layers=8, hidden_size=2048, num_heads=16, vocab_size=32000, seq_length=2048,
+                    ffn_type="swiglu", ffn_hidden_size=768, num_experts=16, top_k=2)
+    eager = best_mappings(h100(), dgx(16), moe, 256, top_k=3, precision="fp8")
+    stack = SearchOptions(cuda_graph="full", fp8_attention=True, fp8_param_gather=True)
+    graphed = best_mappings(h100(), dgx(16), moe, 256, top_k=3, precision="fp8", options=stack)
+    assert all((m.cuda_graph, m.fp8_attention, m.fp8_param_gather) == ("full", True, True) for m in graphed.mappings)
+    assert all(m.cuda_graph == "none" for m in eager.mappings)
+    assert graphed.rows[0]["step_time_s"] < eager.rows[0]["step_time_s"]  # no host floor, no per-layer gaps
+    with pytest.raises(SpecError, match="cuda_graph"):
+        SearchOptions(cuda_graph="always").validate()
