@@ -64,6 +64,8 @@ MAPPING_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "micr
 # (zero_stage, distributed_optimizer): the distributed optimizer is Megatron's ZeRO-1 and evaluates
 # identically to stage 1, so stage 1 is not enumerated separately.
 ZERO_CONFIGS = ((0, 0), (0, 1), (1, 0), (2, 0), (3, 0))
+# MappingSpec fields a search takes as given, through the SearchOptions fields of the same names
+STACK_FIELDS = ("cuda_graph", "fp8_attention", "fp8_param_gather", "grad_reduce_in_fp32", "fused_cross_entropy")
 EQUIVALENT_ZERO_CONFIGS = {(1, 0): (0, 1)}
 
 
@@ -80,7 +82,7 @@ class SearchOptions:
     ep_dispatcher: str = "alltoall"
     overlap_ep_comm: bool = False
     etp: int = 0  # expert tensor parallelism, as given (0: experts split over tp, Megatron's default)
-    # the rest of the software stack, as given (MappingSpec's fields of the same names)
+    # the rest of the software stack, as given (MappingSpec's fields of the same names: STACK_FIELDS)
     cuda_graph: str = "none"
     fp8_attention: bool = False
     fp8_param_gather: bool = False
@@ -241,9 +243,8 @@ def _template(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec
     mapping = MappingSpec(name="search-template", global_batch_size=global_batch_size, precision=precision,
                           flash_attention=opt.flash_attention, overlap_dp_comm=opt.overlap_dp_comm,
                           overlap_tp_comm=opt.overlap_tp_comm, ep_dispatcher=opt.ep_dispatcher,
-                          overlap_ep_comm=opt.overlap_ep_comm, etp=opt.etp, cuda_graph=opt.cuda_graph,
-                          fp8_attention=opt.fp8_attention, fp8_param_gather=opt.fp8_param_gather,
-                          grad_reduce_in_fp32=opt.grad_reduce_in_fp32, fused_cross_entropy=opt.fused_cross_entropy)
+                          overlap_ep_comm=opt.overlap_ep_comm, etp=opt.etp,
+                          **{name: getattr(opt, name) for name in STACK_FIELDS})
     return single_design(accelerator, system, model, mapping)
 
 

@@ -50,6 +50,7 @@ from analytical.step.workload import (
     expert_tp,
     gemm_bytes_per_element,
     is_kind,
+    is_moe,
     local_tokens,
     logit_gemm_flops,
     memory_bound_bytes_per_layer,
@@ -324,7 +325,7 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
         kv_bytes = torch.where(is_mla(d), tokens * kv_width(d) / d.tp * elem * d.cp, kv_bytes)
     kv_bytes = kv_bytes * transformer
     cp = all_gather_link_bytes(kv_bytes, d.cp, d.tp, domain)
-    moe = (d.num_experts > 1).to(d.tp.dtype) * transformer
+    moe = is_moe(d) * transformer
     sp_div = torch.where(d.sequence_parallel > 0, d.tp, torch.ones_like(d.tp))  # as analytical.step.model
     token_bytes = tokens * d.hidden_size * elem * moe / sp_div
     ep = all_to_all_link_bytes(token_bytes * d.top_k, d.ep, expert_tp(d), domain)

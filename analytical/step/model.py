@@ -38,7 +38,7 @@ from analytical.step.memory import (any_fsdp_unsharded, eager_cross_entropy, fsd
                                     sharded_params, weight_groups)
 from analytical.step.workload import (GEMM_SLOTS, activation_bytes_per_element, any_expert_tp, any_parameter_server,
                                       attention_core_flops, attention_peak, attention_score_elements, expert_tp,
-                                      fuse_jobs, gemm_bytes_per_element, is_kind, is_narrow,
+                                      fuse_jobs, gemm_bytes_per_element, is_kind, is_moe, is_narrow,
                                       layer_forward_flops_per_sequence, layer_gemms, local_tokens, logit_gemm_flops,
                                       memory_bound_bytes_per_layer, mlp_tp, model_flops_per_step, sixteen_bit_peak,
                                       slot_sum, stage_layers)
@@ -210,7 +210,7 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
     cp_ag = _on_group(coll.group_all_gather_time_s, d, links, kv_bytes, d.cp, d.tp) * transformer
     # expert parallel: dispatch and combine, forward and backward, as an all-to-all of every
     # (token, expert) copy or deduplicated per scale-up domain (ep_dispatcher deepep / hybridep)
-    moe = (d.num_experts > 1).to(d.tp.dtype) * transformer
+    moe = is_moe(d) * transformer
     # with sequence parallelism each tensor-parallel rank dispatches only its 1/tp of the tokens
     # (Megatron-Core MoE: the token dispatcher runs on the sequence-parallel shards)
     sp_div = torch.where(d.sequence_parallel > 0, d.tp, torch.ones_like(d.tp))
@@ -328,10 +328,10 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     gemms = layer_gemms(d)
     layer = _layer_compute(d, gemms, peak, elem, eff)
     comm = _model_parallel_comm(d, layer, links, elem, eff)
-    if eff.moe_layer_host_s != 0.0 and bool((d.num_experts > 1).any()):  # MoE layer passes waiting on the host
+    if eff.moe_layer_host_s != 0.0 and bool(is_moe(d).any()):  # MoE layer passes waiting on the host
         wait_fwd, wait_bwd = host_wait_s(layer.forward + comm["tp_fwd"] + comm["cp_fwd"] + comm["ep_fwd"],
                                          layer.backward + comm["tp_bwd"] + comm["cp_bwd"] + comm["ep_bwd"],
-                                         (d.num_experts > 1).to(peak.dtype), _eager(d), d.overlap_ep_comm, eff)
+                                         is_moe(d), _eager(d), d.overlap_ep_comm, eff)
         layer.forward, layer.backward = layer.forward + wait_fwd, layer.backward + wait_bwd
 
     selective = (d.recompute == RECOMPUTE_CODES["selective"]).to(peak.dtype)

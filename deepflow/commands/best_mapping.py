@@ -20,15 +20,13 @@ from typing import Any
 from deepflow.presets import ConfigError
 
 CONFIG_NAME = "best_mapping"
-# mapping fields the search takes as given from the command line's mapping (not searched)
-SOFTWARE_FIELDS = ("cuda_graph", "fp8_attention", "fp8_param_gather", "grad_reduce_in_fp32", "fused_cross_entropy")
 
 
 def search(cfg) -> tuple[tuple, Any, str | None]:
     """`((accelerator, system, model, mapping), found, reason)`: the checked specs, the search's
     `BestMappings` (None when the chip cannot be built) and, then, why."""
     from analytical import REASON_TEXT, Reason
-    from analytical.search import DEFAULT_OPTIONS, best_mappings, best_mappings_of
+    from analytical.search import DEFAULT_OPTIONS, STACK_FIELDS, best_mappings, best_mappings_of
     from deepflow.calibration import efficiency_of
     from deepflow.config import design_from_config
 
@@ -37,7 +35,7 @@ def search(cfg) -> tuple[tuple, Any, str | None]:
     accelerator, system, model, mapping = specs
     eff = efficiency_of(cfg, accelerator.name)  # calibration=<file>: its constants
     if derived is None:
-        stack = dataclasses.replace(DEFAULT_OPTIONS, **{k: getattr(mapping, k) for k in SOFTWARE_FIELDS})
+        stack = dataclasses.replace(DEFAULT_OPTIONS, **{k: getattr(mapping, k) for k in STACK_FIELDS})
         return specs, best_mappings(accelerator, system, model, mapping.global_batch_size, top_k=top_k,
                                     precision=mapping.precision, flash_attention=mapping.flash_attention,
                                     ep_dispatcher=mapping.ep_dispatcher, overlap_ep_comm=mapping.overlap_ep_comm,
