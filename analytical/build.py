@@ -81,6 +81,8 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "moe_router_group_topk": model.moe_router_group_topk,
         "window_size": model.window_size,
         "window_attn_skip_freq": model.window_attn_skip_freq,
+        "activation_clamp": model.activation_clamp,
+        "linear_bias": float(model.linear_bias),
         "gemm_m": model.gemm_m,
         "gemm_n": model.gemm_n,
         "gemm_k": model.gemm_k,
@@ -119,6 +121,7 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "fp8_param_gather": float(mapping.fp8_param_gather),
         "cuda_graph": CUDA_GRAPH_CODES[mapping.cuda_graph],
         "fp8_attention": float(mapping.fp8_attention),
+        "fused_expert_mlp": float(mapping.fused_expert_mlp),
     }
 
 

@@ -89,6 +89,8 @@ class DesignBatch:
     moe_router_group_topk: torch.Tensor
     window_size: torch.Tensor  # sliding-window attention: keys a windowed query sees (0: none)
     window_attn_skip_freq: torch.Tensor  # every N-th layer full attention (0: every layer windowed)
+    activation_clamp: torch.Tensor  # clamped gated MLP's limit (0: none)
+    linear_bias: torch.Tensor  # linear layers with biases
     gemm_m: torch.Tensor
     gemm_n: torch.Tensor
     gemm_k: torch.Tensor
@@ -128,6 +130,7 @@ class DesignBatch:
     fp8_param_gather: torch.Tensor  # fp8 primary weights under per-tensor fp8
     cuda_graph: torch.Tensor  # CUDA_GRAPH_CODES
     fp8_attention: torch.Tensor  # fused attention at the fp8 peak under narrow precisions
+    fused_expert_mlp: torch.Tensor  # the experts' clamp and bias inside a fused grouped MLP
 
     @property
     def batch_size(self) -> int:

@@ -65,7 +65,8 @@ MAPPING_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "micr
 # identically to stage 1, so stage 1 is not enumerated separately.
 ZERO_CONFIGS = ((0, 0), (0, 1), (1, 0), (2, 0), (3, 0))
 # MappingSpec fields a search takes as given, through the SearchOptions fields of the same names
-STACK_FIELDS = ("cuda_graph", "fp8_attention", "fp8_param_gather", "grad_reduce_in_fp32", "fused_cross_entropy")
+STACK_FIELDS = ("cuda_graph", "fp8_attention", "fp8_param_gather", "grad_reduce_in_fp32", "fused_cross_entropy",
+                "fused_expert_mlp")
 EQUIVALENT_ZERO_CONFIGS = {(1, 0): (0, 1)}
 
 
@@ -88,6 +89,7 @@ class SearchOptions:
     fp8_param_gather: bool = False
     grad_reduce_in_fp32: bool = True
     fused_cross_entropy: bool = True
+    fused_expert_mlp: bool = False
     max_micro_batch_size: int = 16
     max_vp: int = 8
     all_divisors: bool = False  # micro-batch and vp: every integer up to the cap, not powers of two
@@ -306,7 +308,7 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
         staleness=num("staleness"), fused_cross_entropy=flag("fused_cross_entropy"),
         recompute_layers=num("recompute_layers"), grad_reduce_in_fp32=flag("grad_reduce_in_fp32"), etp=num("etp"),
         fp8_param_gather=flag("fp8_param_gather"), cuda_graph=CUDA_GRAPHS[num("cuda_graph")],
-        fp8_attention=flag("fp8_attention"))
+        fp8_attention=flag("fp8_attention"), fused_expert_mlp=flag("fused_expert_mlp"))
     return mapping.validate()
 
 

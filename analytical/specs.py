@@ -238,6 +238,12 @@ class ModelSpec:
     # (1-indexed) attends in full and the others through the window, with 0 every layer does
     window_size: int = 0
     window_attn_skip_freq: int = 0
+    # a clamped gated MLP (gpt-oss: Megatron-Core `activation_func_clamp_value`, Hugging Face
+    # `swiglu_limit` 7.0): the gate is clamped from above and the linear half on both sides at this
+    # value before the activation; 0 = no clamp
+    activation_clamp: float = 0.0
+    # the linear layers carry biases (Megatron-Core `add_bias_linear`: GPT-3, gpt-oss; LLaMA has none)
+    linear_bias: bool = False
     gemm_m: int = 1
     gemm_n: int = 1
     gemm_k: int = 1
@@ -304,6 +310,8 @@ class ModelSpec:
             raise SpecError(spec, "cnn_arch", self.cnn_arch, "null unless kind is cnn")
         _check_int(spec, self, ("moe_router_num_groups", "moe_router_group_topk"))
         _check_int(spec, self, ("window_size", "window_attn_skip_freq"), minimum=0)
+        _check_positive(spec, self, ("activation_clamp",), allow_zero=True)
+        _check_bool(spec, self, ("linear_bias",))
         if self.num_experts % self.moe_router_num_groups:
             raise SpecError(spec, "moe_router_num_groups", self.moe_router_num_groups,
                             f"a divisor of num_experts ({self.num_experts})")
@@ -388,6 +396,11 @@ class MappingSpec:
     # attention): under a narrow precision the fused attention kernel's matmuls run at the fp8 peak
     # instead of the 16-bit one. No effect under 16-bit precisions or with unfused attention
     fp8_attention: bool = False
+    # the experts' MLP as one fused kernel chain (Megatron-Core's cuteDSL fused grouped MLP, which
+    # Megatron-Bridge turns on with `cutedsl_fused_grouped_mlp` / `use_transformer_engine_op_fuser`):
+    # the activation's clamp (`ModelSpec.activation_clamp`) and the experts' weighted output bias run
+    # inside it. Without it Megatron-Core runs both as eager PyTorch ops (`workload.eager_expert_ops`)
+    fused_expert_mlp: bool = False
 
     def validate(self) -> "MappingSpec":
         spec = f"mapping[{self.name}]"
@@ -413,7 +426,7 @@ class MappingSpec:
         _check_bool(spec, self, ("sequence_parallel", "fsdp", "distributed_optimizer", "flash_attention",
                                  "overlap_dp_comm", "overlap_tp_comm", "overlap_pp_comm", "overlap_ep_comm",
                                  "fused_cross_entropy", "grad_reduce_in_fp32", "fp8_param_gather",
-                                 "fp8_attention"))
+                                 "fp8_attention", "fused_expert_mlp"))
         if self.overlap_ep_comm and self.recompute == "full":
             raise SpecError(spec, "overlap_ep_comm", self.overlap_ep_comm,
                             "false with recompute=full (Megatron-Core's expert-parallel overlap schedules "

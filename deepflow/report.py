@@ -42,6 +42,7 @@ def design_line(accelerator, system, model, mapping) -> str:
             + (f" etp={mapping.etp}" if mapping.etp else "")
             + (" fp8_param_gather=1" if mapping.fp8_param_gather else "")
             + (" fp8_attention=1" if mapping.fp8_attention else "")
+            + (" fused_expert_mlp=1" if mapping.fused_expert_mlp else "")
             + (f" cuda_graph={mapping.cuda_graph}" if mapping.cuda_graph != "none" else "")
             + (f" power_limit={accelerator.power_limit_w:g}W" if accelerator.power_limit_w else ""))
 

@@ -117,7 +117,9 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
                       num_shared_experts=int(_opt(row, "num_shared_experts", 0)),
                       moe_router_num_groups=int(_opt(row, "moe_router_num_groups", 1)),
                       moe_router_group_topk=int(_opt(row, "moe_router_group_topk", 1)),
-                      **{k: int(_opt(row, k, 0)) for k in ("window_size", "window_attn_skip_freq")})
+                      **{k: int(_opt(row, k, 0)) for k in ("window_size", "window_attn_skip_freq")},
+                      activation_clamp=float(_opt(row, "activation_clamp", 0.0)),
+                      linear_bias=bool(int(_opt(row, "linear_bias", 0))))
     fsdp = bool(int(_opt(row, "fsdp", 0)))
     mapping = MappingSpec(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), cp=int(_opt(row, "cp", 1)),
                           ep=int(_opt(row, "ep", 1)), vp=int(_opt(row, "vp", 1)), sequence_parallel=bool(int(_opt(row, "sequence_parallel", 0))),
@@ -135,6 +137,7 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
                           grad_reduce_in_fp32=bool(int(_opt(row, "grad_reduce_in_fp32", 1))),
                           fp8_param_gather=bool(int(_opt(row, "fp8_param_gather", 0))),
                           fp8_attention=bool(int(_opt(row, "fp8_attention", 0))),
+                          fused_expert_mlp=bool(int(_opt(row, "fused_expert_mlp", 0))),
                           etp=int(_opt(row, "etp", 0)),
                           **{f"overlap_{k}_comm": bool(int(_opt(row, f"overlap_{k}_comm", 0)))
                              for k in ("dp", "tp", "pp", "ep")})

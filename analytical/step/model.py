@@ -27,6 +27,7 @@ from analytical.result import StepResult
 from analytical.step import collectives as coll
 from analytical.step import energy
 from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
+from analytical.step.eager_ops import eager_ops
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
 from analytical.step.kernels import (flash_attention_time_s, gemm_time_s, host_wait_s, memory_bound_time_s,
@@ -174,8 +175,11 @@ def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer
     core_mem = memory_bound_time_s(4.5 * scores * elem * unfused, 2.0 * unfused, d.hbm_bw_bytes_per_s,
                                    d.kernel_launch_s, eff)
     fwd_gemm = slot_sum(fwd_slots)
-    forward = fwd_gemm + flash_fwd + fwd_mem
-    backward = slot_sum(bwd_slots) + flash_bwd + 2.0 * fwd_mem
+    eager = eager_ops(d)  # a clamped GLU's and biased experts' eager PyTorch ops
+    forward = fwd_gemm + flash_fwd + fwd_mem + memory_bound_time_s(
+        eager.forward_bytes, eager.forward_kernels, d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
+    backward = slot_sum(bwd_slots) + flash_bwd + 2.0 * fwd_mem + memory_bound_time_s(
+        eager.backward_bytes, eager.backward_kernels, d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
     if eff.layer_overhead_s != 0.0:  # framework gaps a layer pass; none under a full-iteration CUDA graph
         gaps = eff.layer_overhead_s * _eager(d)
         forward, backward = forward + gaps, backward + gaps
@@ -338,8 +342,8 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     full = full_recompute_share(d)  # 1 where full recompute rebuilds every layer, the share where fewer
     # selective with fused attention: the norms and MLP activation again (memory.activation_bytes_per_layer)
     fused_selective = d.flash_attention * is_kind(d, "transformer")
-    modules_fwd = fused_selective * memory_bound_time_s(recomputed_module_bytes(d), 3.0 * fused_selective,
-                                                        d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
+    modules_fwd = fused_selective * memory_bound_time_s(recomputed_module_bytes(d) + eager_ops(d).recompute_bytes,
+                                                        3.0 * fused_selective, d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
     layer_parts = {
         "forward_compute": layer.forward,
         "backward_compute": layer.backward,

@@ -358,6 +358,10 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
     fields["fp8_param_gather"] = ints(0, 1)  # fp8 primary weights (added last)
     fields["cuda_graph"] = ints(0, 3)  # CUDA_GRAPH_CODES
     fields["fp8_attention"] = ints(0, 1)
+    # a clamped GLU on a quarter of the designs, biased linear layers, a fused grouped MLP (added last)
+    fields["activation_clamp"] = torch.where(ints(0, 3) == 0, 7.0 * one_, zero)
+    fields["linear_bias"] = ints(0, 1)
+    fields["fused_expert_mlp"] = ints(0, 1)
     fields["num_layers"] = torch.where(cnn, one_, fields["num_layers"])
     fields["seq_length"] = torch.where(cnn, one_, fields["seq_length"])
     return DesignBatch(**fields)
