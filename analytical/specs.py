@@ -399,7 +399,7 @@ class MappingSpec:
     # the experts' MLP as one fused kernel chain (Megatron-Core's cuteDSL fused grouped MLP, which
     # Megatron-Bridge turns on with `cutedsl_fused_grouped_mlp` / `use_transformer_engine_op_fuser`):
     # the activation's clamp (`ModelSpec.activation_clamp`) and the experts' weighted output bias run
-    # inside it. Without it Megatron-Core runs both as eager PyTorch ops (`workload.eager_expert_ops`)
+    # inside it. Without it Megatron-Core runs both as eager PyTorch ops (`analytical.step.eager_ops`)
     fused_expert_mlp: bool = False
 
     def validate(self) -> "MappingSpec":

@@ -1,12 +1,12 @@
 """HBM traffic of the eager PyTorch ops Megatron-Core runs beside its fused kernels for two features of
-an architecture, per layer, micro-batch and device. Each function returns `EagerOps` of `(batch,)`
+an architecture, per layer, micro-batch and device: `eager_ops` returns `EagerOps` of `(batch,)`
 tensors; a batch without either feature computes nothing (zeros).
 
 - A clamped gated MLP (`activation_clamp` > 0, gpt-oss): `weighted_bias_quick_geglu_impl` clamps the
   gate half from above and the linear half on both sides, then concatenates them, before its fused
   kernel (Megatron-Core core_v0.15.0 `megatron/core/fusions/fused_bias_geglu.py:424-432`; a dense
-  MLP's unfused GLU clamps the same way, `mlp.py:203-210`). Forward, the two clamps read and write the up-projection's
-  output once between them and the cat reads and writes it again: 4 passes. Backward, each clamp's
+  MLP's unfused GLU clamps the same way, `mlp.py:203-210`). Forward, the two clamps read and write
+  the up-projection's output once between them and the cat reads and writes it again: 4 passes. Backward, each clamp's
   gradient reads the incoming gradient and its saved input and writes a gradient (3 passes), and the
   chunk's backward joins the halves (2): 5. Recompute of the activation (Megatron `moe_act`, this
   model's selective with fused attention) runs the forward again.

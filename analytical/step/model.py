@@ -342,8 +342,9 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     full = full_recompute_share(d)  # 1 where full recompute rebuilds every layer, the share where fewer
     # selective with fused attention: the norms and MLP activation again (memory.activation_bytes_per_layer)
     fused_selective = d.flash_attention * is_kind(d, "transformer")
-    modules_fwd = fused_selective * memory_bound_time_s(recomputed_module_bytes(d) + eager_ops(d).recompute_bytes,
-                                                        3.0 * fused_selective, d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
+    modules = recomputed_module_bytes(d) + eager_ops(d).recompute_bytes  # with a clamped GLU's eager clamps
+    modules_fwd = fused_selective * memory_bound_time_s(modules, 3.0 * fused_selective, d.hbm_bw_bytes_per_s,
+                                                        d.kernel_launch_s, eff)
     layer_parts = {
         "forward_compute": layer.forward,
         "backward_compute": layer.backward,
