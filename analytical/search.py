@@ -83,13 +83,13 @@ class SearchOptions:
     ep_dispatcher: str = "alltoall"
     overlap_ep_comm: bool = False
     etp: int = 0  # expert tensor parallelism, as given (0: experts split over tp, Megatron's default)
-    # the rest of the software stack, as given (MappingSpec's fields of the same names: STACK_FIELDS)
-    cuda_graph: str = "none"
-    fp8_attention: bool = False
-    fp8_param_gather: bool = False
-    grad_reduce_in_fp32: bool = True
-    fused_cross_entropy: bool = True
-    fused_expert_mlp: bool = False
+    # the rest of the software stack, as given (MappingSpec's fields of the same names and defaults: STACK_FIELDS)
+    cuda_graph: str = MappingSpec.cuda_graph
+    fp8_attention: bool = MappingSpec.fp8_attention
+    fp8_param_gather: bool = MappingSpec.fp8_param_gather
+    grad_reduce_in_fp32: bool = MappingSpec.grad_reduce_in_fp32
+    fused_cross_entropy: bool = MappingSpec.fused_cross_entropy
+    fused_expert_mlp: bool = MappingSpec.fused_expert_mlp
     max_micro_batch_size: int = 16
     max_vp: int = 8
     all_divisors: bool = False  # micro-batch and vp: every integer up to the cap, not powers of two
