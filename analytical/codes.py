@@ -7,7 +7,7 @@ from enum import IntEnum
 
 import torch
 
-from analytical.specs import (CNN_ARCHS, CUDA_GRAPHS, DP_MODES, EP_DISPATCHERS, FFN_TYPES, MODEL_KINDS,
+from analytical.specs import (CNN_ARCHS, CUDA_GRAPHS, DP_MODES, ELEMENTWISE, EP_DISPATCHERS, FFN_TYPES, MODEL_KINDS,
                               PEAK_FORMATS, PRECISION_FORMAT, PRECISIONS, RECOMPUTE, TOPOLOGIES)
 
 DTYPE = torch.float64  # every tensor of the model
@@ -23,6 +23,7 @@ EP_DISPATCHER_CODES = {name: i for i, name in enumerate(EP_DISPATCHERS)}
 CUDA_GRAPH_CODES = {name: i for i, name in enumerate(CUDA_GRAPHS)}
 CNN_ARCH_CODES = {name: i + 1 for i, name in enumerate(CNN_ARCHS)}  # 0: not a CNN
 DP_MODE_CODES = {name: i for i, name in enumerate(DP_MODES)}
+ELEMENTWISE_CODES = {name: i for i, name in enumerate(ELEMENTWISE)}
 
 # SI factors of the specs' human units
 TFLOPS = 1e12

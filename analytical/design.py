@@ -131,6 +131,7 @@ class DesignBatch:
     cuda_graph: torch.Tensor  # CUDA_GRAPH_CODES
     fp8_attention: torch.Tensor  # fused attention at the fp8 peak under narrow precisions
     fused_expert_mlp: torch.Tensor  # the experts' clamp and bias inside a fused grouped MLP
+    elementwise: torch.Tensor  # ELEMENTWISE_CODES: fused or eager norms, rotary embedding and activation
 
     @property
     def batch_size(self) -> int:

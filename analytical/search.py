@@ -54,7 +54,7 @@ from analytical.build import single_design
 from analytical.codes import DTYPE, RECOMPUTE_CODES
 from analytical.design import DesignBatch
 from analytical.result import StepResult
-from analytical.specs import (CUDA_GRAPHS, DP_MODES, EP_DISPATCHERS, MEGATRON_RECOMPUTE, PRECISIONS, RECOMPUTE,
+from analytical.specs import (CUDA_GRAPHS, DP_MODES, ELEMENTWISE, EP_DISPATCHERS, MEGATRON_RECOMPUTE, PRECISIONS, RECOMPUTE,
                               AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec)
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.model import evaluate
@@ -66,7 +66,7 @@ MAPPING_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "micr
 ZERO_CONFIGS = ((0, 0), (0, 1), (1, 0), (2, 0), (3, 0))
 # MappingSpec fields a search takes as given, through the SearchOptions fields of the same names
 STACK_FIELDS = ("cuda_graph", "fp8_attention", "fp8_param_gather", "grad_reduce_in_fp32", "fused_cross_entropy",
-                "fused_expert_mlp")
+                "fused_expert_mlp", "elementwise")
 EQUIVALENT_ZERO_CONFIGS = {(1, 0): (0, 1)}
 
 
@@ -90,6 +90,7 @@ class SearchOptions:
     grad_reduce_in_fp32: bool = MappingSpec.grad_reduce_in_fp32
     fused_cross_entropy: bool = MappingSpec.fused_cross_entropy
     fused_expert_mlp: bool = MappingSpec.fused_expert_mlp
+    elementwise: str = MappingSpec.elementwise
     max_micro_batch_size: int = 16
     max_vp: int = 8
     all_divisors: bool = False  # micro-batch and vp: every integer up to the cap, not powers of two
@@ -123,6 +124,8 @@ class SearchOptions:
             raise SpecError("search", "ep_dispatcher", self.ep_dispatcher, "one of " + ", ".join(EP_DISPATCHERS))
         if self.cuda_graph not in CUDA_GRAPHS:
             raise SpecError("search", "cuda_graph", self.cuda_graph, "one of " + ", ".join(CUDA_GRAPHS))
+        if self.elementwise not in ELEMENTWISE:
+            raise SpecError("search", "elementwise", self.elementwise, "one of " + ", ".join(ELEMENTWISE))
         if not self.recompute or not self.zero_stages:
             raise SpecError("search", "recompute/zero_stages", (), "at least one value")
         if self.overlap_ep_comm and set(self.recompute) == {"full"}:
@@ -308,7 +311,8 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
         staleness=num("staleness"), fused_cross_entropy=flag("fused_cross_entropy"),
         recompute_layers=num("recompute_layers"), grad_reduce_in_fp32=flag("grad_reduce_in_fp32"), etp=num("etp"),
         fp8_param_gather=flag("fp8_param_gather"), cuda_graph=CUDA_GRAPHS[num("cuda_graph")],
-        fp8_attention=flag("fp8_attention"), fused_expert_mlp=flag("fused_expert_mlp"))
+        fp8_attention=flag("fp8_attention"), fused_expert_mlp=flag("fused_expert_mlp"),
+        elementwise=ELEMENTWISE[num("elementwise")])
     return mapping.validate()
 
 

@@ -42,20 +42,24 @@ TOPOLOGIES = ("fat-tree", "rail-optimized", "torus")
 # once to each other scale-up domain that holds one of its experts and fan it out inside the
 # domain (DeepSeek-V3 technical report, arXiv 2412.19437, section 3.2.2)
 EP_DISPATCHERS = ("alltoall", "deepep", "hybridep")
-# How much of a training step replays from CUDA graphs (Megatron-Core cuda_graph_impl and
-# cuda_graph_scope): `none` launches every kernel from the host (eager PyTorch); `partial` replays
-# per-layer graphs of some modules only (e.g. scope attn, moe_router, moe_preprocess), the rest of the
-# layer (the experts, the token dispatch) still launched eagerly; `layer` replays whole transformer
-# layers (Megatron `enable_cuda_graph`, "local" or "transformer_engine" with the full-layer scope);
-# `full` the whole forward-backward step ("full_iteration"). The step model takes the host out only
-# under `full`: the validation rows with whole-layer graphs still show the per-layer gaps (the schedule
-# between the graphs stays on the host), so `partial` and `layer` are timed as `none`
+# How much of a training step replays from CUDA graphs (Megatron-Core cuda_graph_impl and cuda_graph_scope):
+# `none` launches every kernel from the host (eager PyTorch); `partial` replays per-layer graphs of some modules
+# only (e.g. scope attn, moe_router, moe_preprocess), the rest of the layer (the experts, the token dispatch)
+# still launched eagerly; `layer` replays whole transformer layers (Megatron `enable_cuda_graph`, "local" or
+# "transformer_engine" with the full-layer scope); `full` the whole forward-backward step ("full_iteration").
+# The step model takes the host out only under `full`: the validation rows with whole-layer graphs still show
+# the per-layer gaps (the schedule between the graphs stays on the host), so `partial` and `layer` are timed as `none`
 CUDA_GRAPHS = ("none", "partial", "layer", "full")
 # How data-parallel replicas combine their gradients: `allreduce` (NCCL-style collectives);
 # `ps_sync`, workers push gradients to and pull weights from `ps_shards` parameter-server shards and
 # wait for each other (BSP; with `staleness` s > 0 the stale-synchronous SSP of Ho et al. NIPS 2013);
 # `ps_async`, DistBelief's Downpour SGD (Dean et al. NIPS 2012): no worker waits for another
 DP_MODES = ("allreduce", "ps_sync", "ps_async")
+# How a Transformer layer's norms, rotary embedding and gated activation run: `fused` as fused kernels
+# (Megatron-Core / Transformer Engine, or torch.compile); `eager` as the plain PyTorch ops of torchtitan's
+# Llama block without torch.compile; `eager_fused_norm` the same with a fused RMSNorm kernel (torchtitan's
+# Triton `fused_rmsnorm`, its configs' default 2024-04 to 2024-07). Priced in analytical.step.eager_ops
+ELEMENTWISE = ("fused", "eager", "eager_fused_norm")
 
 
 class SpecError(ValueError):
@@ -401,6 +405,7 @@ class MappingSpec:
     # the activation's clamp (`ModelSpec.activation_clamp`) and the experts' weighted output bias run
     # inside it. Without it Megatron-Core runs both as eager PyTorch ops (`analytical.step.eager_ops`)
     fused_expert_mlp: bool = False
+    elementwise: str = "fused"  # one of ELEMENTWISE
 
     def validate(self) -> "MappingSpec":
         spec = f"mapping[{self.name}]"
@@ -419,6 +424,7 @@ class MappingSpec:
         _check_choice(spec, self, "ep_dispatcher", EP_DISPATCHERS)
         _check_choice(spec, self, "cuda_graph", CUDA_GRAPHS)
         _check_choice(spec, self, "dp_mode", DP_MODES)
+        _check_choice(spec, self, "elementwise", ELEMENTWISE)
         _check_int(spec, self, ("ps_shards", "staleness"), minimum=0)
         if self.staleness and self.dp_mode != "ps_sync":
             raise SpecError(spec, "staleness", self.staleness,

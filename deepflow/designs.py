@@ -21,6 +21,7 @@ from analytical.codes import (
     CNN_ARCH_CODES,
     CUDA_GRAPH_CODES,
     DP_MODE_CODES,
+    ELEMENTWISE_CODES,
     EP_DISPATCHER_CODES,
     FFN_CODES,
     GB,
@@ -104,6 +105,7 @@ SPEC_FIELDS: dict[str, tuple[str, str, float, Optional[dict]]] = {
     "precision": ("mapping", "precision", 1.0, PRECISION_CODES),
     "ep_dispatcher": ("mapping", "ep_dispatcher", 1.0, EP_DISPATCHER_CODES),
     "cuda_graph": ("mapping", "cuda_graph", 1.0, CUDA_GRAPH_CODES),
+    "elementwise": ("mapping", "elementwise", 1.0, ELEMENTWISE_CODES),
 }
 SPEC_GROUPS = ("hardware", "system", "model", "mapping")
 

@@ -1,6 +1,6 @@
-"""HBM traffic of the eager PyTorch ops Megatron-Core runs beside its fused kernels for two features of
-an architecture, per layer, micro-batch and device: `eager_ops` returns `EagerOps` of `(batch,)`
-tensors; a batch without either feature computes nothing (zeros).
+"""HBM traffic of eager PyTorch ops beside the fused kernels the step model assumes, per layer,
+micro-batch and device: `eager_ops` returns `EagerOps` of `(batch,)` tensors; a batch without any of the
+three features below computes nothing (zeros).
 
 - A clamped gated MLP (`activation_clamp` > 0, gpt-oss): `weighted_bias_quick_geglu_impl` clamps the
   gate half from above and the linear half on both sides, then concatenates them, before its fused
@@ -18,7 +18,26 @@ tensors; a batch without either feature computes nothing (zeros).
   the probability's gradients each read the incoming gradient and a product: 4 passes.
 
 A fused grouped MLP (`fused_expert_mlp`, Megatron-Core's cuteDSL path) applies both inside its kernels:
-nothing here. Passes are counted from the op sequence, in the activations' dtype, not measured.
+nothing here.
+
+- Eager element-wise modules (`elementwise` eager / eager_fused_norm): torchtitan's Llama block without
+  torch.compile (pytorch/torchtitan@9dec370, 2024-12: `models/norms.py` RMSNorm, `models/llama/model.py`
+  apply_rotary_emb, repeat_kv, FeedForward). Counted beyond what the step model charges the fused kernels
+  (a norm's read and write, the activation's 3 passes, nothing for the rotary embedding):
+  - RMSNorm `(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * weight`: forward the cast,
+    pow, mean, product, cast back and weight product move 4 activation-dtype and 7 fp32 passes over
+    the norm's input (2 of them charged already), 6 kernels and 2 small ones; backward autograd's
+    chain moves 8 and 17 (4 charged) in about 12 kernels. Not with `eager_fused_norm`.
+  - Rotary embedding in complex fp32 (`view_as_complex(x.float()) * freqs_cis`, cast back), on the
+    queries and keys: 2 activation-dtype and 4 fp32 passes forward and again backward, 3 kernels each.
+  - Grouped-query attention's `repeat_kv` copies keys and values to every query head: it reads the kv
+    heads and writes the query heads' width, forward, and sums them back in the backward pass.
+  - The gated activation `silu(w1 x) * w3 x`: 2 passes more forward (silu writes its output, the product
+    reads it) and 3 more backward than one fused kernel.
+  Recompute re-runs the forward's share (per-op checkpointing runs every element-wise op again).
+
+Passes are counted from the op sequences, not measured; fp32 passes move 4 bytes an element, the others
+the activations' dtype.
 """
 
 from __future__ import annotations
@@ -27,10 +46,13 @@ from dataclasses import dataclass
 
 import torch
 
+from analytical.codes import ELEMENTWISE_CODES
 from analytical.design import DesignBatch
+from analytical.step.attention import head_dim, is_mla
 from analytical.step.memo import per_evaluation
 from analytical.step.workload import (
     activation_bytes_per_element,
+    is_kind,
     is_moe,
     is_swiglu,
     local_tokens,
@@ -40,6 +62,14 @@ from analytical.step.workload import (
 CLAMP_PASSES = (4.0, 5.0)  # (forward, backward) reads and writes of the up-projection's output
 CLAMP_KERNELS = (3.0, 3.0)
 BIAS_PASSES = (6.0, 4.0)  # of the experts' output
+FP32_BYTES = 4.0
+# eager element-wise modules, beyond the fused kernels' charge: (forward, backward) passes in the
+# activations' dtype and in fp32, and kernels (see the module docstring)
+NORM_PASSES = ((2.0, 7.0), (4.0, 17.0))
+NORM_KERNELS = (7.0, 10.0)
+ROPE_PASSES = ((2.0, 4.0), (2.0, 4.0))
+ROPE_KERNELS = (6.0, 6.0)  # queries and keys
+GLU_PASSES = (2.0, 3.0)
 
 
 @dataclass
@@ -51,21 +81,54 @@ class EagerOps:
     recompute_bytes: torch.Tensor  # what re-running the activation (selective recompute) moves again
 
 
+def _passes_bytes(elements: torch.Tensor, passes: tuple[float, float], elem: torch.Tensor) -> torch.Tensor:
+    """Bytes of `passes` (activation-dtype, fp32) over `elements`."""
+    return elements * (passes[0] * elem + passes[1] * FP32_BYTES)
+
+
+def _elementwise(d: DesignBatch, elem: torch.Tensor) -> EagerOps:
+    """Eager element-wise modules' extra traffic (`elementwise` eager or eager_fused_norm)."""
+    eager = (d.elementwise != ELEMENTWISE_CODES["fused"]).to(elem.dtype) * is_kind(d, "transformer")
+    norm = eager * (d.elementwise == ELEMENTWISE_CODES["eager"]).to(elem.dtype)
+    tokens, t = local_tokens(d), d.tp
+    norm_elems = norm * 2.0 * tokens * d.hidden_size / torch.where(d.sequence_parallel > 0, t, 1.0)
+    # rotary queries and keys: every head's width; under latent attention the rotary part only
+    kv = torch.where(is_mla(d), 1.0, d.num_kv_heads)
+    rope_width = torch.where(is_mla(d), d.qk_rope_head_dim, head_dim(d))
+    rope_elems = eager * tokens * (d.num_heads + kv) * rope_width / t
+    grouped = eager * ((d.num_kv_heads < d.num_heads) & ~is_mla(d)).to(elem.dtype)
+    kv_copy = grouped * 2.0 * tokens * (d.num_kv_heads + d.num_heads) * head_dim(d) / t * elem
+    glu = eager * is_swiglu(d) * tokens * mlp_width(d) / t * elem
+    forward = (_passes_bytes(norm_elems, NORM_PASSES[0], elem) + _passes_bytes(rope_elems, ROPE_PASSES[0], elem)
+               + kv_copy + GLU_PASSES[0] * glu)
+    backward = (_passes_bytes(norm_elems, NORM_PASSES[1], elem) + _passes_bytes(rope_elems, ROPE_PASSES[1], elem)
+                + kv_copy + GLU_PASSES[1] * glu)
+    kernels = norm * NORM_KERNELS[0] + eager * ROPE_KERNELS[0] + 2.0 * grouped + eager * is_swiglu(d)
+    back_kernels = norm * NORM_KERNELS[1] + eager * ROPE_KERNELS[1] + 2.0 * grouped + eager * is_swiglu(d)
+    return EagerOps(forward, backward, kernels, back_kernels, recompute_bytes=forward)
+
+
 @per_evaluation
 def eager_ops(d: DesignBatch) -> EagerOps:
-    """The clamp's and the experts' bias's eager traffic of one layer (see the module docstring)."""
+    """The eager traffic of one layer (see the module docstring)."""
     zero = torch.zeros_like(d.tp)
     clamped = (d.activation_clamp > 0) & (d.fused_expert_mlp == 0) & (is_swiglu(d) > 0)
     biased = (d.linear_bias > 0) & (d.fused_expert_mlp == 0) & (is_moe(d) > 0)
-    if not bool(clamped.any() | biased.any()):
+    eager = d.elementwise != ELEMENTWISE_CODES["fused"]
+    if not bool(clamped.any() | biased.any() | eager.any()):
         return EagerOps(zero, zero, zero, zero, zero)
     elem = activation_bytes_per_element(d)
     up_out = clamped * elem * 2.0 * local_tokens(d) * mlp_width(d) / d.tp  # gate and linear halves
     experts_out = biased * elem * local_tokens(d) * d.top_k * d.hidden_size
     local_experts = d.num_experts / torch.clamp_min(d.ep, 1.0)
-    return EagerOps(
+    ops = EagerOps(
         forward_bytes=CLAMP_PASSES[0] * up_out + BIAS_PASSES[0] * experts_out,
         backward_bytes=CLAMP_PASSES[1] * up_out + BIAS_PASSES[1] * experts_out,
         forward_kernels=clamped * CLAMP_KERNELS[0] + biased * (2.0 * local_experts + 1.0),
         backward_kernels=clamped * CLAMP_KERNELS[1] + biased * 2.0 * local_experts,
         recompute_bytes=CLAMP_PASSES[0] * up_out)
+    if not bool(eager.any()):
+        return ops
+    more = _elementwise(d, elem)
+    return EagerOps(*(getattr(ops, f) + getattr(more, f) for f in
+                      ("forward_bytes", "backward_bytes", "forward_kernels", "backward_kernels", "recompute_bytes")))

@@ -175,16 +175,18 @@ def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer
     core_mem = memory_bound_time_s(4.5 * scores * elem * unfused, 2.0 * unfused, d.hbm_bw_bytes_per_s,
                                    d.kernel_launch_s, eff)
     fwd_gemm = slot_sum(fwd_slots)
-    eager = eager_ops(d)  # a clamped GLU's and biased experts' eager PyTorch ops
-    forward = fwd_gemm + flash_fwd + fwd_mem + memory_bound_time_s(
-        eager.forward_bytes, eager.forward_kernels, d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
+    eager = eager_ops(d)  # eager PyTorch ops: a clamped GLU, biased experts, unfused element-wise modules
+    eager_fwd = memory_bound_time_s(eager.forward_bytes, eager.forward_kernels, d.hbm_bw_bytes_per_s,
+                                    d.kernel_launch_s, eff)
+    forward = fwd_gemm + flash_fwd + fwd_mem + eager_fwd
     backward = slot_sum(bwd_slots) + flash_bwd + 2.0 * fwd_mem + memory_bound_time_s(
         eager.backward_bytes, eager.backward_kernels, d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
     if eff.layer_overhead_s != 0.0:  # framework gaps a layer pass; none under a full-iteration CUDA graph
         gaps = eff.layer_overhead_s * _eager(d)
         forward, backward = forward + gaps, backward + gaps
     core_gemm = fwd_slots[..., CORE_SLOTS].sum(-1)
-    op_fwd = 0.5 * (fwd_gemm - core_gemm) + core_gemm + core_mem + fwd_mem if op_recompute(d) is not None else None
+    op_fwd = (0.5 * (fwd_gemm - core_gemm) + core_gemm + core_mem + fwd_mem + eager_fwd
+              if op_recompute(d) is not None else None)
     return _Layer(fwd_slots=fwd_slots, bwd_slots=bwd_slots, forward=forward, backward=backward,
                   flash_fwd=flash_fwd, flash_bwd=flash_bwd, core_fwd=core_gemm + core_mem, op_fwd=op_fwd)
 
@@ -342,7 +344,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     full = full_recompute_share(d)  # 1 where full recompute rebuilds every layer, the share where fewer
     # selective with fused attention: the norms and MLP activation again (memory.activation_bytes_per_layer)
     fused_selective = d.flash_attention * is_kind(d, "transformer")
-    modules = recomputed_module_bytes(d) + eager_ops(d).recompute_bytes  # with a clamped GLU's eager clamps
+    modules = recomputed_module_bytes(d) + eager_ops(d).recompute_bytes  # with the eager ops' share
     modules_fwd = fused_selective * memory_bound_time_s(modules, 3.0 * fused_selective, d.hbm_bw_bytes_per_s,
                                                         d.kernel_launch_s, eff)
     layer_parts = {

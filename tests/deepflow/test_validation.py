@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from analytical import DEFAULT_EFFICIENCY
-from analytical.specs import CUDA_GRAPHS
+from analytical.specs import CUDA_GRAPHS, ELEMENTWISE
 from deepflow.presets import ConfigError
 from deepflow.validation import fit_efficiency, read_rows, report
 
@@ -55,6 +55,11 @@ def test_modern_runs_software_columns_hold_allowed_values():
     for i in frame.loc[oss, "id"]:
         assert (by_id[i][2].activation_clamp, by_id[i][2].linear_bias) == (7.0, True)
     assert sum(spec[3].fused_expert_mlp for spec in rows.specs) == fused.sum()
+    # torchtitan without torch.compile runs its Llama block's element-wise modules eagerly
+    eager = frame["elementwise"] != ""
+    assert set(frame["elementwise"]) <= {"", *ELEMENTWISE} and eager.sum() >= 5
+    assert all(i.startswith("titan-") for i in frame.loc[eager, "id"])
+    assert [spec[3].elementwise for spec in rows.specs] == [v or "fused" for v in frame["elementwise"]]
 
 
 def test_vtrain_rows_are_ranked_within_each_model():

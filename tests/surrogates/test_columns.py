@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 
@@ -80,6 +81,36 @@ def test_space_json_rebuilds_the_same_designs(space, samples):
     a, b = space.evaluate(u), again.evaluate(u)
     assert torch.allclose(a.step_time_s, b.step_time_s, rtol=1e-12)
     assert torch.equal(a.reason, b.reason)
+
+
+# DesignBatch's fields when `ADDED_FIELD_DEFAULTS` began (space format 1): every field added since must
+# take a default there, or an older record no longer loads (the regression fixed at d4339a0)
+FORMAT_1_FIELDS = frozenset((
+    "peak_fp32_flops_per_s", "peak_tf32_flops_per_s", "peak_fp16_flops_per_s", "peak_bf16_flops_per_s",
+    "peak_fp8_flops_per_s", "peak_fp4_flops_per_s", "compute_units", "sram_bytes", "sram_bw_bytes_per_s",
+    "hbm_bytes", "hbm_bw_bytes_per_s", "scale_up_bw_bytes_per_s", "scale_out_bw_bytes_per_s", "kernel_launch_s",
+    "tile_m", "tile_n", "tdp_w", "flop_energy_fp32_j", "flop_energy_tf32_j", "flop_energy_fp16_j",
+    "flop_energy_bf16_j", "flop_energy_fp8_j", "flop_energy_fp4_j", "sram_energy_j_per_byte",
+    "hbm_energy_j_per_byte", "scale_up_energy_j_per_byte", "scale_out_energy_j_per_byte", "static_power_w",
+    "num_devices", "devices_per_node", "scale_up_domain", "topology", "scale_up_latency_s", "scale_out_latency_s",
+    "oversubscription", "ps_server_bw_bytes_per_s", "ps_server_sum_bytes_per_s", "straggler_cv", "kind",
+    "num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "ffn_type", "vocab_size",
+    "seq_length", "num_experts", "top_k", "moe_ffn_hidden_size", "num_shared_experts", "gemm_m", "gemm_n",
+    "gemm_k", "cnn_arch", "image_size", "num_classes", "tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel",
+    "micro_batch_size", "global_batch_size", "recompute", "zero_stage", "fsdp", "distributed_optimizer",
+    "precision", "flash_attention", "overlap_dp_comm", "overlap_tp_comm", "overlap_pp_comm", "offload_layers",
+    "fused_jobs", "dp_mode", "ps_shards", "staleness", "fused_cross_entropy", "recompute_layers",
+    "grad_reduce_in_fp32", "etp"))
+
+
+def test_every_field_newer_than_format_1_has_a_default_for_older_records():
+    from analytical.design import DesignBatch
+    from surrogates.columns import ADDED_FIELD_DEFAULTS
+
+    fields = {f.name for f in dataclasses.fields(DesignBatch)}
+    assert fields - FORMAT_1_FIELDS == set(ADDED_FIELD_DEFAULTS), \
+        "a DesignBatch field added after space format 1 needs an ADDED_FIELD_DEFAULTS entry"
+    assert FORMAT_1_FIELDS <= fields
 
 
 def test_a_record_written_before_the_newer_fields_rebuilds_the_same_designs(space, samples):

@@ -1,9 +1,11 @@
-"""Eager PyTorch ops beside the fused kernels: a clamped GLU and biased experts (gpt-oss).
+"""Eager PyTorch ops beside the fused kernels: a clamped GLU and biased experts (gpt-oss), and a Llama
+block's element-wise modules without torch.compile (torchtitan).
 
 Megatron-Core clamps the GLU's halves and concatenates them before its fused activation
 (`fused_bias_geglu.py:424-432`), and adds each expert's output bias times the routing probability in a
 Python loop over the local experts (`TEGroupedMLP._apply_bias`); a fused grouped MLP
-(`MappingSpec.fused_expert_mlp`) does both inside its kernels."""
+(`MappingSpec.fused_expert_mlp`) does both inside its kernels. torchtitan's eager RMSNorm, complex RoPE,
+repeat_kv and SiLU-times-gate (`MappingSpec.elementwise`) move more bytes than fused kernels."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import torch
 
 from analytical import MappingSpec, ModelSpec, SpecError, evaluate
 from analytical.search import mapping_from_batch
-from analytical.step.eager_ops import BIAS_PASSES, CLAMP_PASSES, eager_ops
+from analytical.step.eager_ops import (BIAS_PASSES, CLAMP_PASSES, FP32_BYTES, GLU_PASSES, NORM_PASSES,
+                                       ROPE_PASSES, eager_ops)
 from deepflow.presets import load_preset
 
 MAPPING = MappingSpec(ep=8, micro_batch_size=4, global_batch_size=256, distributed_optimizer=True)
@@ -94,9 +97,94 @@ def test_mapping_from_a_batch_keeps_the_fused_grouped_mlp(design, b200, system, 
 
 
 @pytest.mark.parametrize("spec, field, value", [("model", "activation_clamp", -1.0), ("model", "linear_bias", 2),
-                                                ("mapping", "fused_expert_mlp", "yes")])
+                                                ("mapping", "fused_expert_mlp", "yes"),
+                                                ("mapping", "elementwise", "compiled")])
 def test_bad_values_name_the_field(oss, spec, field, value):
     target = oss if spec == "model" else MAPPING
     with pytest.raises(SpecError) as err:
         dataclasses.replace(target, **{field: value}).validate()
     assert field in str(err.value)
+
+
+# --- eager element-wise modules (torchtitan's Llama block without torch.compile) ---------------------
+
+TITAN = MappingSpec(micro_batch_size=2, global_batch_size=16, dp=8, recompute="none", fsdp=True, zero_stage=3)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return load_preset("model", "llama3-8b")
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load_preset("hardware", "h100-sxm-80gb")
+
+
+def with_elementwise(value: str, base: MappingSpec = TITAN) -> MappingSpec:
+    return dataclasses.replace(base, elementwise=value)
+
+
+def passes(elements: float, pair: tuple[float, float], elem: float = 2.0) -> float:
+    return elements * (pair[0] * elem + pair[1] * FP32_BYTES)
+
+
+def test_eager_modules_follow_the_op_sequences(design, h100, system, llama):
+    ops = eager_ops(design(h100, system, llama, with_elementwise("eager")))
+    tokens = TITAN.micro_batch_size * llama.seq_length  # tp 1: every token, bf16 activations
+    head = llama.hidden_size // llama.num_heads
+    norms = 2.0 * tokens * llama.hidden_size  # two RMSNorms a layer
+    rope = tokens * (llama.num_heads + llama.kv_heads) * head
+    kv_copy = 2.0 * tokens * (llama.kv_heads + llama.num_heads) * head * 2.0  # keys and values, bf16
+    glu = tokens * llama.ffn_size * 2.0
+    expected_fwd = passes(norms, NORM_PASSES[0]) + passes(rope, ROPE_PASSES[0]) + kv_copy + GLU_PASSES[0] * glu
+    expected_bwd = passes(norms, NORM_PASSES[1]) + passes(rope, ROPE_PASSES[1]) + kv_copy + GLU_PASSES[1] * glu
+    assert float(ops.forward_bytes[0]) == pytest.approx(expected_fwd)
+    assert float(ops.backward_bytes[0]) == pytest.approx(expected_bwd)
+    assert float(ops.recompute_bytes[0]) == pytest.approx(expected_fwd)
+    # a fused RMSNorm kernel removes exactly the norms' share; fused kernels remove everything
+    fused_norm = eager_ops(design(h100, system, llama, with_elementwise("eager_fused_norm")))
+    assert float(fused_norm.forward_bytes[0]) == pytest.approx(expected_fwd - passes(norms, NORM_PASSES[0]))
+    assert float(fused_norm.forward_kernels[0]) < float(ops.forward_kernels[0])
+    fused = eager_ops(design(h100, system, llama, with_elementwise("fused")))
+    assert all(float(getattr(fused, f.name)[0]) == 0.0 for f in dataclasses.fields(fused))
+
+
+def test_multi_head_attention_copies_no_keys(design, h100, system, llama):
+    mha = dataclasses.replace(llama, num_kv_heads=llama.num_heads)
+    gqa_fwd = float(eager_ops(design(h100, system, llama, with_elementwise("eager_fused_norm"))).forward_bytes[0])
+    mha_fwd = float(eager_ops(design(h100, system, mha, with_elementwise("eager_fused_norm"))).forward_bytes[0])
+    tokens, head = TITAN.micro_batch_size * llama.seq_length, llama.hidden_size // llama.num_heads
+    rope_more = passes(tokens * (llama.num_heads - llama.kv_heads) * head, ROPE_PASSES[0])  # more rotary keys
+    kv_copy = 2.0 * tokens * (llama.kv_heads + llama.num_heads) * head * 2.0
+    assert mha_fwd == pytest.approx(gqa_fwd + rope_more - kv_copy)
+
+
+def test_eager_modules_lengthen_the_step_and_recompute_runs_them_again(run, h100, system, llama):
+    times = {v: float(run(h100, system, llama, with_elementwise(v)).step_time_s[0])
+             for v in ("fused", "eager_fused_norm", "eager")}
+    assert times["fused"] < times["eager_fused_norm"] < times["eager"]
+    for recompute in ("full", "op"):
+        base = dataclasses.replace(TITAN, recompute=recompute)
+        eager = run(h100, system, llama, with_elementwise("eager", base)).row(0)["breakdown"]["recompute"]
+        assert eager > run(h100, system, llama, with_elementwise("fused", base)).row(0)["breakdown"]["recompute"]
+    eager, fused = (run(h100, system, llama, with_elementwise(v)).row(0) for v in ("eager", "fused"))
+    assert eager["energy_breakdown"]["hbm"] > fused["energy_breakdown"]["hbm"]
+
+
+def test_mapping_from_a_batch_and_a_mixed_batch_keep_the_elementwise_choice(design, h100, system, llama):
+    from analytical import stack_designs
+    mapping = with_elementwise("eager_fused_norm")
+    assert mapping_from_batch(design(h100, system, llama, mapping), 0).elementwise == "eager_fused_norm"
+    maps = [with_elementwise(v) for v in ("eager", "fused", "eager_fused_norm")]
+    together = evaluate(stack_designs([h100] * 3, [system] * 3, [llama] * 3, maps)).step_time_s
+    alone = torch.cat([evaluate(stack_designs([h100], [system], [llama], [m])).step_time_s for m in maps])
+    assert torch.allclose(together, alone, rtol=1e-12)
+
+
+def test_search_options_take_the_elementwise_choice_as_given():
+    from analytical.search import STACK_FIELDS, SearchOptions
+    assert "elementwise" in STACK_FIELDS and SearchOptions().elementwise == MappingSpec().elementwise == "fused"
+    with pytest.raises(SpecError) as err:
+        SearchOptions(elementwise="compiled").validate()
+    assert "elementwise" in str(err.value) and "eager_fused_norm" in str(err.value)
