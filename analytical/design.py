@@ -91,6 +91,7 @@ class DesignBatch:
     window_attn_skip_freq: torch.Tensor  # every N-th layer full attention (0: every layer windowed)
     activation_clamp: torch.Tensor  # clamped gated MLP's limit (0: none)
     linear_bias: torch.Tensor  # linear layers with biases
+    rope_mscale: torch.Tensor  # YaRN's attention factor on RoPE (1: none)
     gemm_m: torch.Tensor
     gemm_n: torch.Tensor
     gemm_k: torch.Tensor

@@ -55,10 +55,9 @@ CUDA_GRAPHS = ("none", "partial", "layer", "full")
 # wait for each other (BSP; with `staleness` s > 0 the stale-synchronous SSP of Ho et al. NIPS 2013);
 # `ps_async`, DistBelief's Downpour SGD (Dean et al. NIPS 2012): no worker waits for another
 DP_MODES = ("allreduce", "ps_sync", "ps_async")
-# How a Transformer layer's norms, rotary embedding and gated activation run: `fused` as fused kernels
-# (Megatron-Core / Transformer Engine, or torch.compile); `eager` as the plain PyTorch ops of torchtitan's
-# Llama block without torch.compile; `eager_fused_norm` the same with a fused RMSNorm kernel (torchtitan's
-# Triton `fused_rmsnorm`, its configs' default 2024-04 to 2024-07). Priced in analytical.step.eager_ops
+# How a Transformer layer's norms, rotary embedding and gated activation run (analytical.step.eager_ops):
+# `fused` kernels (Megatron-Core / Transformer Engine, or torch.compile); `eager`: the PyTorch ops of torchtitan's
+# Llama block without torch.compile; `eager_fused_norm` with its Triton `fused_rmsnorm` (its 2024-04 default)
 ELEMENTWISE = ("fused", "eager", "eager_fused_norm")
 
 
@@ -242,12 +241,12 @@ class ModelSpec:
     # (1-indexed) attends in full and the others through the window, with 0 every layer does
     window_size: int = 0
     window_attn_skip_freq: int = 0
-    # a clamped gated MLP (gpt-oss: Megatron-Core `activation_func_clamp_value`, Hugging Face
-    # `swiglu_limit` 7.0): the gate is clamped from above and the linear half on both sides at this
-    # value before the activation; 0 = no clamp
+    # a clamped gated MLP (gpt-oss: Megatron-Core `activation_func_clamp_value`, Hugging Face `swiglu_limit`
+    # 7.0): the gate is clamped from above and the linear half on both sides at this value; 0 = no clamp
     activation_clamp: float = 0.0
     # the linear layers carry biases (Megatron-Core `add_bias_linear`: GPT-3, gpt-oss; LLaMA has none)
     linear_bias: bool = False
+    rope_mscale: float = 1.0  # YaRN's attention factor on RoPE's cos / sin (1: none; analytical.step.eager_ops)
     gemm_m: int = 1
     gemm_n: int = 1
     gemm_k: int = 1
@@ -315,6 +314,7 @@ class ModelSpec:
         _check_int(spec, self, ("moe_router_num_groups", "moe_router_group_topk"))
         _check_int(spec, self, ("window_size", "window_attn_skip_freq"), minimum=0)
         _check_positive(spec, self, ("activation_clamp",), allow_zero=True)
+        _check_positive(spec, self, ("rope_mscale",))
         _check_bool(spec, self, ("linear_bias",))
         if self.num_experts % self.moe_router_num_groups:
             raise SpecError(spec, "moe_router_num_groups", self.moe_router_num_groups,

@@ -87,6 +87,7 @@ SPEC_FIELDS: dict[str, tuple[str, str, float, Optional[dict]]] = {
     "window_size": ("model", "window_size", 1.0, None),
     "window_attn_skip_freq": ("model", "window_attn_skip_freq", 1.0, None),
     "activation_clamp": ("model", "activation_clamp", 1.0, None),
+    "rope_mscale": ("model", "rope_mscale", 1.0, None),
     "linear_bias": ("model", "linear_bias", 1.0, None),
     "gemm_m": ("model", "gemm_m", 1.0, None),
     "gemm_n": ("model", "gemm_n", 1.0, None),

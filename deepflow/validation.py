@@ -119,6 +119,7 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
                       moe_router_group_topk=int(_opt(row, "moe_router_group_topk", 1)),
                       **{k: int(_opt(row, k, 0)) for k in ("window_size", "window_attn_skip_freq")},
                       activation_clamp=float(_opt(row, "activation_clamp", 0.0)),
+                      rope_mscale=float(_opt(row, "rope_mscale", 1.0)),
                       linear_bias=bool(int(_opt(row, "linear_bias", 0))))
     fsdp = bool(int(_opt(row, "fsdp", 0)))
     mapping = MappingSpec(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), cp=int(_opt(row, "cp", 1)),

@@ -1,6 +1,6 @@
 """HBM traffic of eager PyTorch ops beside the fused kernels the step model assumes, per layer,
 micro-batch and device: `eager_ops` returns `EagerOps` of `(batch,)` tensors; a batch without any of the
-three features below computes nothing (zeros).
+features below computes nothing (zeros).
 
 - A clamped gated MLP (`activation_clamp` > 0, gpt-oss): `weighted_bias_quick_geglu_impl` clamps the
   gate half from above and the linear half on both sides, then concatenates them, before its fused
@@ -35,6 +35,14 @@ nothing here.
   - The gated activation `silu(w1 x) * w3 x`: 2 passes more forward (silu writes its output, the product
     reads it) and 3 more backward than one fused kernel.
   Recompute re-runs the forward's share (per-op checkpointing runs every element-wise op again).
+- Megatron-Core's unfused RoPE under YaRN (`rope_mscale` != 1, gpt-oss; with fused element-wise modules):
+  Transformer Engine's fused RoPE has no attention factor, so Megatron-Core falls back to its unfused
+  `_apply_rotary_pos_emb_bshd` (`rope_utils.py` apply_rotary_pos_emb, "mscale ... is not supported by TE's
+  fused RoPE", from PR #2038, 2025-11-22: core_v0.16.0 on, and the dev 0.15 of Megatron-Bridge v0.2.0's
+  pin 0d8e0714). Per query and key element, forward: `t * cos`, rotate-half's negation (half the
+  elements) and concatenation, `* sin`, the sum and the final concatenation with the pass-through part,
+  12 passes in 6 kernels; backward about as many. The fused kernel's own two passes are not charged by
+  the step model, so all 12 are.
 
 Passes are counted from the op sequences, not measured; fp32 passes move 4 bytes an element, the others
 the activations' dtype.
@@ -42,6 +50,7 @@ the activations' dtype.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -70,6 +79,8 @@ NORM_KERNELS = (7.0, 10.0)
 ROPE_PASSES = ((2.0, 4.0), (2.0, 4.0))
 ROPE_KERNELS = (6.0, 6.0)  # queries and keys
 GLU_PASSES = (2.0, 3.0)
+MEGATRON_ROPE_PASSES = (12.0, 12.0)  # unfused RoPE under YaRN, activation dtype
+MEGATRON_ROPE_KERNELS = (12.0, 12.0)  # queries and keys
 
 
 @dataclass
@@ -86,16 +97,35 @@ def _passes_bytes(elements: torch.Tensor, passes: tuple[float, float], elem: tor
     return elements * (passes[0] * elem + passes[1] * FP32_BYTES)
 
 
+def rotary_elements(d: DesignBatch) -> torch.Tensor:
+    """Query and key elements the rotary embedding rotates, per layer, micro-batch and device: every
+    head's width; under latent attention the rotary part of each query head and the one shared key."""
+    kv = torch.where(is_mla(d), 1.0, d.num_kv_heads)
+    width = torch.where(is_mla(d), d.qk_rope_head_dim, head_dim(d))
+    return local_tokens(d) * (d.num_heads + kv) * width / d.tp
+
+
+def _unfused_rope(d: DesignBatch, elem: torch.Tensor) -> EagerOps:
+    """Megatron-Core's unfused RoPE where YaRN's attention factor is not 1 (and element-wise modules fused)."""
+    on = ((d.rope_mscale != 1.0) & (d.elementwise == ELEMENTWISE_CODES["fused"])).to(elem.dtype)
+    bytes_ = on * is_kind(d, "transformer") * rotary_elements(d) * elem
+    kernels = on * is_kind(d, "transformer")
+    return EagerOps(MEGATRON_ROPE_PASSES[0] * bytes_, MEGATRON_ROPE_PASSES[1] * bytes_,
+                    MEGATRON_ROPE_KERNELS[0] * kernels, MEGATRON_ROPE_KERNELS[1] * kernels,
+                    recompute_bytes=torch.zeros_like(bytes_))
+
+
+def _add(a: EagerOps, b: EagerOps) -> EagerOps:
+    return EagerOps(*(getattr(a, f.name) + getattr(b, f.name) for f in dataclasses.fields(EagerOps)))
+
+
 def _elementwise(d: DesignBatch, elem: torch.Tensor) -> EagerOps:
     """Eager element-wise modules' extra traffic (`elementwise` eager or eager_fused_norm)."""
     eager = (d.elementwise != ELEMENTWISE_CODES["fused"]).to(elem.dtype) * is_kind(d, "transformer")
     norm = eager * (d.elementwise == ELEMENTWISE_CODES["eager"]).to(elem.dtype)
     tokens, t = local_tokens(d), d.tp
     norm_elems = norm * 2.0 * tokens * d.hidden_size / torch.where(d.sequence_parallel > 0, t, 1.0)
-    # rotary queries and keys: every head's width; under latent attention the rotary part only
-    kv = torch.where(is_mla(d), 1.0, d.num_kv_heads)
-    rope_width = torch.where(is_mla(d), d.qk_rope_head_dim, head_dim(d))
-    rope_elems = eager * tokens * (d.num_heads + kv) * rope_width / t
+    rope_elems = eager * rotary_elements(d)
     grouped = eager * ((d.num_kv_heads < d.num_heads) & ~is_mla(d)).to(elem.dtype)
     kv_copy = grouped * 2.0 * tokens * (d.num_kv_heads + d.num_heads) * head_dim(d) / t * elem
     glu = eager * is_swiglu(d) * tokens * mlp_width(d) / t * elem
@@ -115,7 +145,8 @@ def eager_ops(d: DesignBatch) -> EagerOps:
     clamped = (d.activation_clamp > 0) & (d.fused_expert_mlp == 0) & (is_swiglu(d) > 0)
     biased = (d.linear_bias > 0) & (d.fused_expert_mlp == 0) & (is_moe(d) > 0)
     eager = d.elementwise != ELEMENTWISE_CODES["fused"]
-    if not bool(clamped.any() | biased.any() | eager.any()):
+    rope = d.rope_mscale != 1.0
+    if not bool(clamped.any() | biased.any() | eager.any() | rope.any()):
         return EagerOps(zero, zero, zero, zero, zero)
     elem = activation_bytes_per_element(d)
     up_out = clamped * elem * 2.0 * local_tokens(d) * mlp_width(d) / d.tp  # gate and linear halves
@@ -127,8 +158,8 @@ def eager_ops(d: DesignBatch) -> EagerOps:
         forward_kernels=clamped * CLAMP_KERNELS[0] + biased * (2.0 * local_experts + 1.0),
         backward_kernels=clamped * CLAMP_KERNELS[1] + biased * 2.0 * local_experts,
         recompute_bytes=CLAMP_PASSES[0] * up_out)
-    if not bool(eager.any()):
-        return ops
-    more = _elementwise(d, elem)
-    return EagerOps(*(getattr(ops, f) + getattr(more, f) for f in
-                      ("forward_bytes", "backward_bytes", "forward_kernels", "backward_kernels", "recompute_bytes")))
+    if bool(eager.any()):
+        ops = _add(ops, _elementwise(d, elem))
+    if bool(rope.any()):
+        ops = _add(ops, _unfused_rope(d, elem))
+    return ops

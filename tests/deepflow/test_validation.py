@@ -53,7 +53,8 @@ def test_modern_runs_software_columns_hold_allowed_values():
     assert (frame.loc[fused, "num_experts"].astype(float) > 1).all()  # a grouped MLP is an MoE layer's
     by_id = dict(zip(rows.ids, rows.specs))
     for i in frame.loc[oss, "id"]:
-        assert (by_id[i][2].activation_clamp, by_id[i][2].linear_bias) == (7.0, True)
+        assert (by_id[i][2].activation_clamp, by_id[i][2].linear_bias, by_id[i][2].rope_mscale) == (7.0, True, 1.3466)
+    assert set(frame.loc[oss, "rope_mscale"]) == {"1.3466"} and set(frame.loc[~oss, "rope_mscale"]) == {""}
     assert sum(spec[3].fused_expert_mlp for spec in rows.specs) == fused.sum()
     # torchtitan without torch.compile runs its Llama block's element-wise modules eagerly
     eager = frame["elementwise"] != ""

@@ -10,22 +10,29 @@ repeat_kv and SiLU-times-gate (`MappingSpec.elementwise`) move more bytes than f
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
 
 from analytical import MappingSpec, ModelSpec, SpecError, evaluate
 from analytical.search import mapping_from_batch
-from analytical.step.eager_ops import (BIAS_PASSES, CLAMP_PASSES, FP32_BYTES, GLU_PASSES, NORM_PASSES,
-                                       ROPE_PASSES, eager_ops)
+from analytical.step.eager_ops import (BIAS_PASSES, CLAMP_PASSES, FP32_BYTES, GLU_PASSES, MEGATRON_ROPE_PASSES,
+                                       NORM_PASSES, ROPE_PASSES, eager_ops)
 from deepflow.presets import load_preset
 
 MAPPING = MappingSpec(ep=8, micro_batch_size=4, global_batch_size=256, distributed_optimizer=True)
 
 
 @pytest.fixture(scope="module")
-def oss() -> ModelSpec:
+def oss_preset() -> ModelSpec:
     return load_preset("model", "gpt-oss-120b")
+
+
+@pytest.fixture(scope="module")
+def oss(oss_preset) -> ModelSpec:
+    """gpt-oss with its MLP's eager ops alone (RoPE fused: no YaRN attention factor)."""
+    return dataclasses.replace(oss_preset, rope_mscale=1.0)
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +44,9 @@ def plain(model: ModelSpec) -> ModelSpec:
     return dataclasses.replace(model, activation_clamp=0.0, linear_bias=False)
 
 
-def test_the_preset_is_clamped_and_biased(oss):
-    assert (oss.activation_clamp, oss.linear_bias) == (7.0, True)
+def test_the_preset_is_clamped_and_biased_with_a_yarn_attention_factor(oss_preset):
+    assert (oss_preset.activation_clamp, oss_preset.linear_bias) == (7.0, True)
+    assert oss_preset.rope_mscale == pytest.approx(0.1 * math.log(32.0) + 1.0, abs=1e-4)  # YaRN factor 32
 
 
 def test_bytes_and_kernels_follow_the_op_sequence(design, b200, system, oss):
@@ -98,7 +106,7 @@ def test_mapping_from_a_batch_keeps_the_fused_grouped_mlp(design, b200, system, 
 
 @pytest.mark.parametrize("spec, field, value", [("model", "activation_clamp", -1.0), ("model", "linear_bias", 2),
                                                 ("mapping", "fused_expert_mlp", "yes"),
-                                                ("mapping", "elementwise", "compiled")])
+                                                ("mapping", "elementwise", "compiled"), ("model", "rope_mscale", 0.0)])
 def test_bad_values_name_the_field(oss, spec, field, value):
     target = oss if spec == "model" else MAPPING
     with pytest.raises(SpecError) as err:
@@ -188,3 +196,30 @@ def test_search_options_take_the_elementwise_choice_as_given():
     with pytest.raises(SpecError) as err:
         SearchOptions(elementwise="compiled").validate()
     assert "elementwise" in str(err.value) and "eager_fused_norm" in str(err.value)
+
+
+# --- Megatron-Core's unfused RoPE under YaRN (gpt-oss) --------------------------------------------------
+
+
+def test_a_yarn_attention_factor_runs_megatron_rope_unfused(design, b200, system, oss, oss_preset):
+    fused = eager_ops(design(b200, system, oss, MAPPING))
+    unfused = eager_ops(design(b200, system, oss_preset, MAPPING))
+    tokens = MAPPING.micro_batch_size * oss.seq_length  # tp 1; 64 query and 8 key heads of 64
+    rotary = tokens * (oss.num_heads + oss.kv_heads) * oss.head_dim * 2.0  # bf16 bytes
+    assert float(unfused.forward_bytes[0] - fused.forward_bytes[0]) == pytest.approx(MEGATRON_ROPE_PASSES[0] * rotary)
+    assert float(unfused.backward_bytes[0] - fused.backward_bytes[0]) == pytest.approx(MEGATRON_ROPE_PASSES[1] * rotary)
+    assert float(unfused.recompute_bytes[0]) == float(fused.recompute_bytes[0])  # attention inputs: not recomputed
+    # under torchtitan's eager modules its own complex RoPE is priced instead, not both
+    eager = dataclasses.replace(MAPPING, elementwise="eager")
+    assert float(eager_ops(design(b200, system, oss_preset, eager)).forward_bytes[0]) == pytest.approx(
+        float(eager_ops(design(b200, system, oss, eager)).forward_bytes[0]))
+
+
+def test_latent_attention_rotates_its_rotary_part_only(design, b200, system):
+    from analytical.step.eager_ops import rotary_elements
+    dsv3 = load_preset("model", "deepseek-v3")
+    mapping = MappingSpec(ep=8, micro_batch_size=1, global_batch_size=256)
+    tokens = dsv3.seq_length  # one sequence, tp 1
+    expected = tokens * (dsv3.num_heads + 1) * dsv3.qk_rope_head_dim
+    assert float(rotary_elements(design(b200, system, dsv3, mapping))[0]) == pytest.approx(expected)
+    assert dsv3.rope_mscale == 1.0  # its YaRN factors cancel (mscale = mscale_all_dim): TE's fused RoPE
