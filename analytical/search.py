@@ -54,8 +54,8 @@ from analytical.build import single_design
 from analytical.codes import DTYPE, RECOMPUTE_CODES
 from analytical.design import DesignBatch
 from analytical.result import StepResult
-from analytical.specs import (CUDA_GRAPHS, DP_MODES, ELEMENTWISE, EP_DISPATCHERS, MEGATRON_RECOMPUTE, PRECISIONS, RECOMPUTE,
-                              AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec)
+from analytical.specs import (CUDA_GRAPHS, DP_MODES, ELEMENTWISE, EP_DISPATCHERS, MEGATRON_RECOMPUTE, PRECISIONS,
+                              RECOMPUTE, AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec)
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.model import evaluate
 
