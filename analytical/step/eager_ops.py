@@ -34,7 +34,8 @@ nothing here.
     heads and writes the query heads' width, forward, and sums them back in the backward pass.
   - The gated activation `silu(w1 x) * w3 x`: 2 passes more forward (silu writes its output, the product
     reads it) and 3 more backward than one fused kernel.
-  Recompute re-runs the forward's share (per-op checkpointing runs every element-wise op again).
+  Full recompute and per-op checkpointing run the forward's share again (torchtitan's op policy
+  recomputes every element-wise op); selective recompute its norms' and activation's share.
 - Megatron-Core's unfused RoPE under YaRN (`rope_mscale` != 1, gpt-oss; with fused element-wise modules):
   Transformer Engine's fused RoPE has no attention factor, so Megatron-Core falls back to its unfused
   `_apply_rotary_pos_emb_bshd` (`rope_utils.py` apply_rotary_pos_emb, "mscale ... is not supported by TE's
@@ -135,7 +136,9 @@ def _elementwise(d: DesignBatch, elem: torch.Tensor) -> EagerOps:
                 + kv_copy + GLU_PASSES[1] * glu)
     kernels = norm * NORM_KERNELS[0] + eager * ROPE_KERNELS[0] + 2.0 * grouped + eager * is_swiglu(d)
     back_kernels = norm * NORM_KERNELS[1] + eager * ROPE_KERNELS[1] + 2.0 * grouped + eager * is_swiglu(d)
-    return EagerOps(forward, backward, kernels, back_kernels, recompute_bytes=forward)
+    # Megatron-style selective recompute re-runs the norms and the activation only
+    modules = _passes_bytes(norm_elems, NORM_PASSES[0], elem) + GLU_PASSES[0] * glu
+    return EagerOps(forward, backward, kernels, back_kernels, recompute_bytes=modules)
 
 
 @per_evaluation
