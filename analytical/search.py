@@ -55,7 +55,8 @@ from analytical.codes import DTYPE, RECOMPUTE_CODES
 from analytical.design import DesignBatch
 from analytical.result import StepResult
 from analytical.specs import (CUDA_GRAPHS, DP_MODES, ELEMENTWISE, EP_DISPATCHERS, MEGATRON_RECOMPUTE, PRECISIONS,
-                              RECOMPUTE, AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec)
+                              RECOMPUTE, AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec,
+                              _check_choice)
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.model import evaluate
 
@@ -120,12 +121,9 @@ class SearchOptions:
                 raise SpecError("search", "zero_stages", value, "0, 1, 2 or 3")
         if isinstance(self.etp, bool) or not isinstance(self.etp, int) or self.etp < 0:
             raise SpecError("search", "etp", self.etp, "an integer >= 0")
-        if self.ep_dispatcher not in EP_DISPATCHERS:
-            raise SpecError("search", "ep_dispatcher", self.ep_dispatcher, "one of " + ", ".join(EP_DISPATCHERS))
-        if self.cuda_graph not in CUDA_GRAPHS:
-            raise SpecError("search", "cuda_graph", self.cuda_graph, "one of " + ", ".join(CUDA_GRAPHS))
-        if self.elementwise not in ELEMENTWISE:
-            raise SpecError("search", "elementwise", self.elementwise, "one of " + ", ".join(ELEMENTWISE))
+        for name, choices in (("ep_dispatcher", EP_DISPATCHERS), ("cuda_graph", CUDA_GRAPHS),
+                              ("elementwise", ELEMENTWISE)):
+            _check_choice("search", self, name, choices)
         if not self.recompute or not self.zero_stages:
             raise SpecError("search", "recompute/zero_stages", (), "at least one value")
         if self.overlap_ep_comm and set(self.recompute) == {"full"}:
