@@ -231,7 +231,7 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
     flash_flops = attention_core_flops(d) * flash
     qkvo_bytes = 4.0 * local_tokens(d) * attention_width(d) / d.tp * elem * flash
     mb_bytes, _ = memory_bound_bytes_per_layer(d)
-    eager = eager_ops(d)  # a clamped GLU's and biased experts' eager ops (analytical.step.eager_ops)
+    eager = eager_ops(d)  # eager PyTorch ops beside the fused kernels (analytical.step.eager_ops)
     scores = d.micro_batch_size * d.num_heads / d.tp * (d.seq_length / d.cp) * d.seq_length
     core_mem_bytes = 4.5 * scores * elem * (1.0 - d.flash_attention) * transformer
 
@@ -239,9 +239,9 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
     for name, fwd_extra, bwd_extra, core_extra, op_extra in (
             ("flops", flash_flops, 2.5 * flash_flops, 0.0, 0.0),  # FA2 backward: 5 of the 2 forward matmuls
             ("hbm_bytes", mb_bytes + qkvo_bytes + eager.forward_bytes,
-             2.0 * (mb_bytes + qkvo_bytes) + eager.backward_bytes, core_mem_bytes, mb_bytes),
+             2.0 * (mb_bytes + qkvo_bytes) + eager.backward_bytes, core_mem_bytes, mb_bytes + eager.forward_bytes),
             ("sram_bytes", mb_bytes + qkvo_bytes + eager.forward_bytes,
-             2.0 * (mb_bytes + qkvo_bytes) + eager.backward_bytes, core_mem_bytes, mb_bytes)):
+             2.0 * (mb_bytes + qkvo_bytes) + eager.backward_bytes, core_mem_bytes, mb_bytes + eager.forward_bytes)):
         gemm_fwd = slot_sum(per_slot[name])
         forward = gemm_fwd + fwd_extra
         backward = 2.0 * gemm_fwd + bwd_extra

@@ -179,6 +179,11 @@ def test_eager_modules_lengthen_the_step_and_recompute_runs_them_again(run, h100
         assert eager > run(h100, system, llama, with_elementwise("fused", base)).row(0)["breakdown"]["recompute"]
     eager, fused = (run(h100, system, llama, with_elementwise(v)).row(0) for v in ("eager", "fused"))
     assert eager["energy_breakdown"]["hbm"] > fused["energy_breakdown"]["hbm"]
+    # per-op checkpointing runs the eager forward again in the energy model too, as in the step time
+    op = dataclasses.replace(TITAN, recompute="op")
+    eager_op, fused_op = (run(h100, system, llama, with_elementwise(v, op)).row(0) for v in ("eager", "fused"))
+    assert (eager_op["energy_breakdown"]["hbm"] - fused_op["energy_breakdown"]["hbm"]
+            > eager["energy_breakdown"]["hbm"] - fused["energy_breakdown"]["hbm"])
 
 
 def test_mapping_from_a_batch_and_a_mixed_batch_keep_the_elementwise_choice(design, h100, system, llama):
