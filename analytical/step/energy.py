@@ -41,7 +41,8 @@ from analytical.step.attention import any_mla, attention_width, head_dim, is_mla
 from analytical.step.eager_ops import eager_ops
 from analytical.step.kernels import gemm_flops, gemm_hbm_bytes, gemm_sram_bytes
 from analytical.step.memory import (full_recompute_share, grad_bytes_per_param, op_recompute, optimizer_sharded,
-                                    param_gather_bytes_per_param, sharded_params, weight_groups)
+                                    param_gather_bytes_per_param, recomputed_module_bytes, sharded_params,
+                                    weight_groups)
 from analytical.step.workload import (
     GEMM_SLOTS,
     Gemms,
@@ -206,8 +207,9 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
     """FLOPs executed and SRAM / HBM bytes moved by one step on all devices, each `(batch,)`.
 
     Per layer and micro-batch on one device: forward, backward (input and weight gradients) and
-    recompute (full: the whole forward; selective: the unfused attention core; op: that, half the other
-    matmuls and the memory-bound kernels), as in `analytical.step.model`;
+    recompute (full: the whole forward; selective: the unfused attention core, or with fused attention
+    the norms and the MLP activation; op: the core, half the other matmuls and the memory-bound
+    kernels), as in `analytical.step.model`;
     times layers per stage, micro-batches and devices. The last stage's devices add the logit GEMMs and
     the loss; every device adds its Adam step over its (possibly sharded) parameters.
     """
@@ -234,20 +236,25 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
     eager = eager_ops(d)  # eager PyTorch ops beside the fused kernels (analytical.step.eager_ops)
     scores = d.micro_batch_size * d.num_heads / d.tp * (d.seq_length / d.cp) * d.seq_length
     core_mem_bytes = 4.5 * scores * elem * (1.0 - d.flash_attention) * transformer
+    # selective recompute with fused attention re-runs the norms and the MLP activation (and the eager
+    # modules' share of them), as the step time does (`analytical.step.model`)
+    modules_bytes = flash * (recomputed_module_bytes(d) + eager.recompute_bytes)
 
     work = {}
-    for name, fwd_extra, bwd_extra, core_extra, op_extra in (
-            ("flops", flash_flops, 2.5 * flash_flops, 0.0, 0.0),  # FA2 backward: 5 of the 2 forward matmuls
+    for name, fwd_extra, bwd_extra, core_extra, op_extra, selective_extra in (
+            ("flops", flash_flops, 2.5 * flash_flops, 0.0, 0.0, 0.0),  # FA2 backward: 5 of the 2 forward matmuls
             ("hbm_bytes", mb_bytes + qkvo_bytes + eager.forward_bytes,
-             2.0 * (mb_bytes + qkvo_bytes) + eager.backward_bytes, core_mem_bytes, mb_bytes + eager.forward_bytes),
+             2.0 * (mb_bytes + qkvo_bytes) + eager.backward_bytes, core_mem_bytes, mb_bytes + eager.forward_bytes,
+             modules_bytes),
             ("sram_bytes", mb_bytes + qkvo_bytes + eager.forward_bytes,
-             2.0 * (mb_bytes + qkvo_bytes) + eager.backward_bytes, core_mem_bytes, mb_bytes + eager.forward_bytes)):
+             2.0 * (mb_bytes + qkvo_bytes) + eager.backward_bytes, core_mem_bytes, mb_bytes + eager.forward_bytes,
+             modules_bytes)):
         gemm_fwd = slot_sum(per_slot[name])
         forward = gemm_fwd + fwd_extra
         backward = 2.0 * gemm_fwd + bwd_extra
         core_gemm = per_slot[name][..., CORE_SLOTS].sum(-1)
         core = core_gemm + core_extra
-        recompute = full * forward + selective * core
+        recompute = full * forward + selective * (core + selective_extra)
         if op is not None:
             recompute = recompute + op * (0.5 * (gemm_fwd - core_gemm) + core + op_extra)
         work[name] = forward + backward + recompute

@@ -14,7 +14,7 @@ from analytical.chip import silicon
 from analytical.chip.silicon import CLOCKED_SHARE
 from analytical.chip.technology import LINK_TECHS, LOGIC_NODES, MEMORY_TECHS
 from analytical.step import energy
-from analytical.step.memory import params_per_device
+from analytical.step.memory import params_per_device, recomputed_module_bytes
 
 PARTS = energy.ENERGY_PARTS
 
@@ -179,6 +179,23 @@ def test_recompute_costs_compute_energy(a100, make_system, gpt3):
     ratio = float(full.energy_breakdown_j["compute"] / plain.energy_breakdown_j["compute"])
     assert 1.25 < ratio < 1.34  # ~4/3: a second forward pass (logits not recomputed)
     assert float(full.energy_breakdown_j["scale_up"]) > float(plain.energy_breakdown_j["scale_up"])
+
+
+def test_selective_recompute_with_fused_attention_moves_the_norm_and_activation_bytes_again(h100, make_system,
+                                                                                            llama7b):
+    # as the step time: the flash kernel recomputes its core itself, selective re-runs the norms and activation
+    mapping = dict(tp=2, pp=2, global_batch_size=64, micro_batch_size=2, sequence_parallel=True, flash_attention=True)
+    designs = [single_design(h100, make_system(16), llama7b, MappingSpec(recompute=r, **mapping))
+               for r in ("none", "selective")]
+    plain, selective = (evaluate(d) for d in designs)
+    d = designs[1]
+    micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
+    moved = recomputed_module_bytes(d) * d.num_layers * micro_batches * d.tp * d.cp * d.dp
+    assert float(moved) > 0
+    for part, j_per_byte in (("hbm", d.hbm_energy_j_per_byte), ("sram", d.sram_energy_j_per_byte)):
+        extra = selective.energy_breakdown_j[part] - plain.energy_breakdown_j[part]
+        torch.testing.assert_close(extra, moved * j_per_byte, rtol=1e-9, atol=0)
+    assert float(selective.step_time_s) > float(plain.step_time_s)  # and the time pays for them too
 
 
 # ---- batching and robustness -------------------------------------------------------------------------------
