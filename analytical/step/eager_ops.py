@@ -47,6 +47,15 @@ nothing here.
 
 Passes are counted from the op sequences, not measured; fp32 passes move 4 bytes an element, the others
 the activations' dtype.
+
+`eager_saved_bytes` is the memory side of the eager element-wise modules: what their autograd graph keeps
+for the backward pass beyond the fused kernels' set that `analytical.step.memory` counts (Korthikanti et
+al.), counted with `torch.autograd.graph.saved_tensors_hooks` over unique storages on the modules above
+(bf16 input): RMSNorm keeps its fp32 copy of the input and its normalised output, 6 bytes an element where
+a fused norm keeps its 2-byte input (4 more, also at fp32, where the copy is the input itself); the rotary
+embedding nothing (the complex product saves only the frequency table, which needs no gradient);
+attention keeps `repeat_kv`'s copies of the keys and values at every query head's width instead of the kv
+heads; `silu(w1 x) * w3 x` keeps silu's output besides its input, `w3 x` and the product (4 tensors, not 3).
 """
 
 from __future__ import annotations
@@ -82,6 +91,7 @@ ROPE_KERNELS = (6.0, 6.0)  # queries and keys
 GLU_PASSES = (2.0, 3.0)
 MEGATRON_ROPE_PASSES = (12.0, 12.0)  # unfused RoPE under YaRN, activation dtype
 MEGATRON_ROPE_KERNELS = (12.0, 12.0)  # queries and keys
+NORM_SAVED_BYTES = 4.0  # eager RMSNorm's saved tensors beyond a fused norm's, per element (`eager_saved_bytes`)
 
 
 @dataclass
@@ -139,6 +149,26 @@ def _elementwise(d: DesignBatch, elem: torch.Tensor) -> EagerOps:
     # Megatron-style selective recompute re-runs the norms and the activation only
     modules = _passes_bytes(norm_elems, NORM_PASSES[0], elem) + GLU_PASSES[0] * glu
     return EagerOps(forward, backward, kernels, back_kernels, recompute_bytes=modules)
+
+
+@per_evaluation
+def eager_saved_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(saved, modules)`, `(batch,)` each: activation bytes the eager element-wise modules' autograd graph
+    keeps for the backward pass beyond the fused kernels' set, per layer, micro-batch and device, and the
+    norms' and activation's share of it (what selective recompute re-runs rather than keeps). Zeros where
+    `elementwise` is fused (see the module docstring)."""
+    zero = torch.zeros_like(d.tp)
+    eager = (d.elementwise != ELEMENTWISE_CODES["fused"]).to(zero.dtype) * is_kind(d, "transformer")
+    if not bool((eager > 0).any()):
+        return zero, zero
+    elem = activation_bytes_per_element(d)
+    tokens, t = local_tokens(d), d.tp
+    norm = eager * (d.elementwise == ELEMENTWISE_CODES["eager"]).to(zero.dtype)
+    norms = norm * 2.0 * tokens * d.hidden_size / torch.where(d.sequence_parallel > 0, t, 1.0) * NORM_SAVED_BYTES
+    grouped = eager * ((d.num_kv_heads < d.num_heads) & ~is_mla(d)).to(zero.dtype)
+    kv_copies = grouped * 2.0 * tokens * (d.num_heads - d.num_kv_heads) * head_dim(d) / t * elem
+    glu = eager * is_swiglu(d) * tokens * mlp_width(d) / t * elem
+    return norms + kv_copies + glu, norms + glu
 
 
 @per_evaluation

@@ -18,6 +18,7 @@ from analytical.design import DesignBatch
 from analytical.step.attention import (any_mla, attention_out_width, attention_width, latent_activation_bytes_per_token,
                                        qkv_projection_width)
 from analytical.step.cnn import any_cnn, cnn_terms
+from analytical.step.eager_ops import eager_saved_bytes
 from analytical.step.workload import (
     activation_bytes_per_element,
     any_fused,
@@ -268,6 +269,14 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     scale = activation_bytes_per_element(d) / 2.0
     transient = transient * scale
     kept_bytes = (per_layer + lstm_bytes + gemm_bytes) * scale
+    # eager element-wise modules keep more for their backward (analytical.step.eager_ops): held by a layer
+    # that keeps its activations (selective re-runs the norms and activation instead) and by the layer full
+    # or per-op recompute rebuilds
+    saved, modules = eager_saved_bytes(d)
+    rebuilds = is_full if op_recompute(d) is None else is_full | (op_recompute(d) > 0)
+    kept_bytes = kept_bytes + torch.where(
+        is_full, (1.0 - share) * saved, torch.where(rebuilds, 0.0, saved - selective_flash * modules))
+    transient = transient + torch.where(rebuilds, saved, 0.0)
     if any_cnn(d):
         cnn = cnn_terms(d)
         elem = activation_bytes_per_element(d)

@@ -18,7 +18,8 @@ import torch
 from analytical import MappingSpec, ModelSpec, SpecError, evaluate
 from analytical.search import mapping_from_batch
 from analytical.step.eager_ops import (BIAS_PASSES, CLAMP_PASSES, FP32_BYTES, GLU_PASSES, MEGATRON_ROPE_PASSES,
-                                       NORM_PASSES, ROPE_PASSES, eager_ops)
+                                       NORM_PASSES, NORM_SAVED_BYTES, ROPE_PASSES, eager_ops, eager_saved_bytes)
+from analytical.step.memory import layer_activation_bytes
 from deepflow.presets import load_preset
 
 MAPPING = MappingSpec(ep=8, micro_batch_size=4, global_batch_size=256, distributed_optimizer=True)
@@ -185,6 +186,66 @@ def test_eager_modules_lengthen_the_step_and_recompute_runs_them_again(run, h100
     assert (eager_op["energy_breakdown"]["hbm"] - fused_op["energy_breakdown"]["hbm"]
             > eager["energy_breakdown"]["hbm"] - fused["energy_breakdown"]["hbm"])
 
+
+
+def test_eager_modules_keep_more_for_the_backward_pass(design, h100, system, llama):
+    tokens = TITAN.micro_batch_size * llama.seq_length  # tp 1, bf16 activations
+    head = llama.hidden_size // llama.num_heads
+    norms = NORM_SAVED_BYTES * 2.0 * tokens * llama.hidden_size
+    kv_copies = 2.0 * tokens * (llama.num_heads - llama.kv_heads) * head * 2.0  # keys and values at every head
+    silu_out = tokens * llama.ffn_size * 2.0
+    saved, modules = eager_saved_bytes(design(h100, system, llama, with_elementwise("eager")))
+    assert float(saved[0]) == pytest.approx(norms + kv_copies + silu_out)
+    assert float(modules[0]) == pytest.approx(norms + silu_out)
+    saved, _ = eager_saved_bytes(design(h100, system, llama, with_elementwise("eager_fused_norm")))
+    assert float(saved[0]) == pytest.approx(kv_copies + silu_out)
+    assert float(eager_saved_bytes(design(h100, system, llama, with_elementwise("fused")))[0][0]) == 0.0
+    extra = norms + kv_copies + silu_out
+    # kept by a layer that keeps its activations; rebuilt (transient) under full and per-op recompute;
+    # Megatron-style selective with fused attention re-runs the norms and the activation instead
+    for recompute, kept_extra, transient_extra in (("none", extra, 0.0), ("full", 0.0, extra), ("op", 0.0, extra),
+                                                    ("selective", kv_copies, 0.0)):
+        base = dataclasses.replace(TITAN, recompute=recompute)
+        eager, fused = (layer_activation_bytes(design(h100, system, llama, with_elementwise(v, base)))
+                        for v in ("eager", "fused"))
+        assert float(eager[0][0] - fused[0][0]) == pytest.approx(kept_extra), recompute
+        assert float(eager[1][0] - fused[1][0]) == pytest.approx(transient_extra), recompute
+
+
+def test_the_saved_bytes_are_what_autograd_keeps_in_torchtitans_modules():
+    """NORM_SAVED_BYTES and the activation's extra tensor, counted on the modules themselves
+    (torchtitan@d4c86e375 models/norms.py RMSNorm and models/llama/model.py FeedForward.forward)."""
+    tokens, hidden, ffn = 64, 256, 512
+    weight = torch.nn.Parameter(torch.ones(hidden, dtype=torch.bfloat16))
+    w1, w3 = (torch.randn(ffn, hidden, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    w2 = torch.randn(hidden, ffn, dtype=torch.bfloat16, requires_grad=True)
+
+    def rmsnorm(x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).type_as(x) * weight
+
+    def feed_forward(x):
+        return torch.nn.functional.silu(x @ w1.t()) * (x @ w3.t()) @ w2.t()
+
+    def saved_bytes(fn, x, *exclude):
+        skip = {t.untyped_storage().data_ptr() for t in (x, *exclude)}
+        storages = {}
+
+        def pack(t):
+            if t.untyped_storage().data_ptr() not in skip:
+                storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            fn(x)
+        return sum(storages.values())
+
+    x = torch.randn(tokens, hidden, dtype=torch.bfloat16, requires_grad=True)
+    # the eager norm keeps an fp32 copy of its input and its bf16 output (6 bytes an element, rstd aside),
+    # where a fused norm keeps its 2-byte input: NORM_SAVED_BYTES more
+    assert saved_bytes(rmsnorm, x, weight) == pytest.approx((2.0 + NORM_SAVED_BYTES) * tokens * hidden, rel=0.01)
+    # gate output, silu output, up output, product: one bf16 tensor more than the fused activation's three
+    assert saved_bytes(feed_forward, x, w1, w2, w3) == 4 * 2 * tokens * ffn
 
 def test_mapping_from_a_batch_and_a_mixed_batch_keep_the_elementwise_choice(design, h100, system, llama):
     from analytical import stack_designs
