@@ -8,9 +8,9 @@ from typing import Sequence
 
 import torch
 
-from analytical.codes import (CNN_ARCH_CODES, CUDA_GRAPH_CODES, DP_MODE_CODES, DTYPE, ELEMENTWISE_CODES,
-                              EP_DISPATCHER_CODES, FFN_CODES, GB, GIB, KIND_CODES, MIB, PRECISION_CODES,
-                              RECOMPUTE_CODES, TFLOPS, TOPOLOGY_CODES, US)
+from analytical.codes import (ATTENTION_KERNEL_CODES, CNN_ARCH_CODES, CUDA_GRAPH_CODES, DP_MODE_CODES, DTYPE,
+                              ELEMENTWISE_CODES, EP_DISPATCHER_CODES, FFN_CODES, GB, GIB, KIND_CODES, MIB,
+                              PRECISION_CODES, RECOMPUTE_CODES, TFLOPS, TOPOLOGY_CODES, US)
 from analytical.design import DesignBatch
 from analytical.power_cap import apply_power_limit
 from analytical.specs import AcceleratorSpec, MappingSpec, ModelSpec, SystemSpec
@@ -125,6 +125,7 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "fp8_attention": float(mapping.fp8_attention),
         "fused_expert_mlp": float(mapping.fused_expert_mlp),
         "elementwise": ELEMENTWISE_CODES[mapping.elementwise],
+        "attention_kernel": ATTENTION_KERNEL_CODES[mapping.attention_kernel],
     }
 
 

@@ -7,8 +7,8 @@ from enum import IntEnum
 
 import torch
 
-from analytical.specs import (CNN_ARCHS, CUDA_GRAPHS, DP_MODES, ELEMENTWISE, EP_DISPATCHERS, FFN_TYPES, MODEL_KINDS,
-                              PEAK_FORMATS, PRECISION_FORMAT, PRECISIONS, RECOMPUTE, TOPOLOGIES)
+from analytical.specs import (ATTENTION_KERNELS, CNN_ARCHS, CUDA_GRAPHS, DP_MODES, ELEMENTWISE, EP_DISPATCHERS,
+                              FFN_TYPES, MODEL_KINDS, PEAK_FORMATS, PRECISION_FORMAT, PRECISIONS, RECOMPUTE, TOPOLOGIES)
 
 DTYPE = torch.float64  # every tensor of the model
 # integer codes of the categorical parameters (a DesignBatch stores them as float64)
@@ -24,6 +24,7 @@ CUDA_GRAPH_CODES = {name: i for i, name in enumerate(CUDA_GRAPHS)}
 CNN_ARCH_CODES = {name: i + 1 for i, name in enumerate(CNN_ARCHS)}  # 0: not a CNN
 DP_MODE_CODES = {name: i for i, name in enumerate(DP_MODES)}
 ELEMENTWISE_CODES = {name: i for i, name in enumerate(ELEMENTWISE)}
+ATTENTION_KERNEL_CODES = {name: i for i, name in enumerate(ATTENTION_KERNELS)}
 
 # SI factors of the specs' human units
 TFLOPS = 1e12

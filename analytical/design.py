@@ -133,6 +133,7 @@ class DesignBatch:
     fp8_attention: torch.Tensor  # fused attention at the fp8 peak under narrow precisions
     fused_expert_mlp: torch.Tensor  # the experts' clamp and bias inside a fused grouped MLP
     elementwise: torch.Tensor  # ELEMENTWISE_CODES: fused or eager norms, rotary embedding and activation
+    attention_kernel: torch.Tensor  # ATTENTION_KERNEL_CODES: the generation's own fused attention or FlashAttention-2
 
     @property
     def batch_size(self) -> int:

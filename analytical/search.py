@@ -54,9 +54,9 @@ from analytical.build import single_design
 from analytical.codes import DTYPE, RECOMPUTE_CODES
 from analytical.design import DesignBatch
 from analytical.result import StepResult
-from analytical.specs import (CUDA_GRAPHS, DP_MODES, ELEMENTWISE, EP_DISPATCHERS, MEGATRON_RECOMPUTE, PRECISIONS,
-                              RECOMPUTE, AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec,
-                              _check_choice)
+from analytical.specs import (ATTENTION_KERNELS, CUDA_GRAPHS, DP_MODES, ELEMENTWISE, EP_DISPATCHERS,
+                              MEGATRON_RECOMPUTE, PRECISIONS, RECOMPUTE, AcceleratorSpec, MappingSpec, ModelSpec,
+                              SpecError, SystemSpec, _check_choice)
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.model import evaluate
 
@@ -67,7 +67,7 @@ MAPPING_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "micr
 ZERO_CONFIGS = ((0, 0), (0, 1), (1, 0), (2, 0), (3, 0))
 # MappingSpec fields a search takes as given, through the SearchOptions fields of the same names
 STACK_FIELDS = ("cuda_graph", "fp8_attention", "fp8_param_gather", "grad_reduce_in_fp32", "fused_cross_entropy",
-                "fused_expert_mlp", "elementwise")
+                "fused_expert_mlp", "elementwise", "attention_kernel")
 EQUIVALENT_ZERO_CONFIGS = {(1, 0): (0, 1)}
 
 
@@ -92,6 +92,7 @@ class SearchOptions:
     fused_cross_entropy: bool = MappingSpec.fused_cross_entropy
     fused_expert_mlp: bool = MappingSpec.fused_expert_mlp
     elementwise: str = MappingSpec.elementwise
+    attention_kernel: str = MappingSpec.attention_kernel
     max_micro_batch_size: int = 16
     max_vp: int = 8
     all_divisors: bool = False  # micro-batch and vp: every integer up to the cap, not powers of two
@@ -122,7 +123,7 @@ class SearchOptions:
         if isinstance(self.etp, bool) or not isinstance(self.etp, int) or self.etp < 0:
             raise SpecError("search", "etp", self.etp, "an integer >= 0")
         for name, choices in (("ep_dispatcher", EP_DISPATCHERS), ("cuda_graph", CUDA_GRAPHS),
-                              ("elementwise", ELEMENTWISE)):
+                              ("elementwise", ELEMENTWISE), ("attention_kernel", ATTENTION_KERNELS)):
             _check_choice("search", self, name, choices)
         if not self.recompute or not self.zero_stages:
             raise SpecError("search", "recompute/zero_stages", (), "at least one value")
@@ -310,7 +311,7 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
         recompute_layers=num("recompute_layers"), grad_reduce_in_fp32=flag("grad_reduce_in_fp32"), etp=num("etp"),
         fp8_param_gather=flag("fp8_param_gather"), cuda_graph=CUDA_GRAPHS[num("cuda_graph")],
         fp8_attention=flag("fp8_attention"), fused_expert_mlp=flag("fused_expert_mlp"),
-        elementwise=ELEMENTWISE[num("elementwise")])
+        elementwise=ELEMENTWISE[num("elementwise")], attention_kernel=ATTENTION_KERNELS[num("attention_kernel")])
     return mapping.validate()
 
 

@@ -36,19 +36,14 @@ RECOMPUTE = ("none", "selective", "full", "op")
 # what the mapping search and the validation's `recompute=auto` try unless told otherwise
 MEGATRON_RECOMPUTE = ("none", "selective", "full")
 TOPOLOGIES = ("fat-tree", "rail-optimized", "torus")
-# How an expert-parallel group moves tokens to their experts and back (Megatron-Core
-# moe_token_dispatcher_type / moe_flex_dispatcher_backend): `alltoall` sends one copy of a token
-# per chosen expert; `deepep` (DeepSeek's DeepEP) and `hybridep` (NVIDIA's HybridEP) send a token
-# once to each other scale-up domain that holds one of its experts and fan it out inside the
-# domain (DeepSeek-V3 technical report, arXiv 2412.19437, section 3.2.2)
+# How an expert-parallel group moves tokens (Megatron-Core moe_token_dispatcher_type / moe_flex_dispatcher_backend):
+# `alltoall` sends one copy of a token per chosen expert; `deepep` (DeepEP) and `hybridep` (HybridEP) send it once to
+# each other scale-up domain holding one of its experts, fanned out inside (DeepSeek-V3, arXiv 2412.19437, 3.2.2)
 EP_DISPATCHERS = ("alltoall", "deepep", "hybridep")
-# How much of a training step replays from CUDA graphs (Megatron-Core cuda_graph_impl and cuda_graph_scope):
-# `none` launches every kernel from the host (eager PyTorch); `partial` replays per-layer graphs of some modules
-# only (e.g. scope attn, moe_router, moe_preprocess), the rest of the layer (the experts, the token dispatch)
-# still launched eagerly; `layer` replays whole transformer layers (Megatron `enable_cuda_graph`, "local" or
-# "transformer_engine" with the full-layer scope); `full` the whole forward-backward step ("full_iteration").
-# The step model takes the host out only under `full`: the validation rows with whole-layer graphs still show
-# the per-layer gaps (the schedule between the graphs stays on the host), so `partial` and `layer` are timed as `none`
+# How much of a step replays from CUDA graphs (Megatron-Core cuda_graph_impl / cuda_graph_scope): `none` (eager);
+# `partial`, per-layer graphs of some modules (scope attn, moe_router, ...), the experts and dispatch eager; `layer`,
+# whole layers (`enable_cuda_graph`); `full`, the whole step ("full_iteration"). Only `full` takes the host out: rows
+# with whole-layer graphs still show per-layer gaps (the schedule stays on the host): `partial`, `layer` time as `none`
 CUDA_GRAPHS = ("none", "partial", "layer", "full")
 # How data-parallel replicas combine their gradients: `allreduce` (NCCL-style collectives);
 # `ps_sync`, workers push gradients to and pull weights from `ps_shards` parameter-server shards and
@@ -59,6 +54,9 @@ DP_MODES = ("allreduce", "ps_sync", "ps_async")
 # `fused` kernels (Megatron-Core / Transformer Engine, or torch.compile); `eager`: the PyTorch ops of torchtitan's
 # Llama block without torch.compile; `eager_fused_norm` with its Triton `fused_rmsnorm` (its 2024-04 default)
 ELEMENTWISE = ("fused", "eager", "eager_fused_norm")
+# Fused attention kernel (analytical.step.workload.attention_peak): `native`, the generation's own (Transformer Engine's
+# cuDNN kernels, FlashAttention-3 on Hopper); `fa2`, FlashAttention-2 on Ampere's instructions (PyTorch SDPA's flash)
+ATTENTION_KERNELS = ("native", "fa2")
 
 
 class SpecError(ValueError):
@@ -406,6 +404,7 @@ class MappingSpec:
     # inside it. Without it Megatron-Core runs both as eager PyTorch ops (`analytical.step.eager_ops`)
     fused_expert_mlp: bool = False
     elementwise: str = "fused"  # one of ELEMENTWISE
+    attention_kernel: str = "native"  # one of ATTENTION_KERNELS
 
     def validate(self) -> "MappingSpec":
         spec = f"mapping[{self.name}]"
@@ -425,6 +424,7 @@ class MappingSpec:
         _check_choice(spec, self, "cuda_graph", CUDA_GRAPHS)
         _check_choice(spec, self, "dp_mode", DP_MODES)
         _check_choice(spec, self, "elementwise", ELEMENTWISE)
+        _check_choice(spec, self, "attention_kernel", ATTENTION_KERNELS)
         _check_int(spec, self, ("ps_shards", "staleness"), minimum=0)
         if self.staleness and self.dp_mode != "ps_sync":
             raise SpecError(spec, "staleness", self.staleness,

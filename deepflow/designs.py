@@ -18,6 +18,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from analytical.codes import (
+    ATTENTION_KERNEL_CODES,
     CNN_ARCH_CODES,
     CUDA_GRAPH_CODES,
     DP_MODE_CODES,
@@ -107,6 +108,7 @@ SPEC_FIELDS: dict[str, tuple[str, str, float, Optional[dict]]] = {
     "ep_dispatcher": ("mapping", "ep_dispatcher", 1.0, EP_DISPATCHER_CODES),
     "cuda_graph": ("mapping", "cuda_graph", 1.0, CUDA_GRAPH_CODES),
     "elementwise": ("mapping", "elementwise", 1.0, ELEMENTWISE_CODES),
+    "attention_kernel": ("mapping", "attention_kernel", 1.0, ATTENTION_KERNEL_CODES),
 }
 SPEC_GROUPS = ("hardware", "system", "model", "mapping")
 

@@ -45,6 +45,7 @@ def design_line(accelerator, system, model, mapping) -> str:
             + (" fused_expert_mlp=1" if mapping.fused_expert_mlp else "")
             + (f" cuda_graph={mapping.cuda_graph}" if mapping.cuda_graph != "none" else "")
             + (f" elementwise={mapping.elementwise}" if mapping.elementwise != "fused" else "")
+            + (f" attention_kernel={mapping.attention_kernel}" if mapping.attention_kernel != "native" else "")
             + (f" power_limit={accelerator.power_limit_w:g}W" if accelerator.power_limit_w else ""))
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from analytical.codes import FFN_CODES, KIND_CODES, PRECISION_CODES
+from analytical.codes import ATTENTION_KERNEL_CODES, FFN_CODES, KIND_CODES, PRECISION_CODES
 from analytical.design import DesignBatch
 from analytical.step.attention import (attention_out_width, attention_params, attention_width, head_dim,
                                        qk_head_dim, qkv_projection_width, value_head_dim)
@@ -53,6 +53,15 @@ def is_narrow(d: DesignBatch) -> torch.Tensor:
     return (d.precision >= PRECISION_CODES["fp8"]).to(d.precision.dtype)
 
 
+# FlashAttention-2 is written for Ampere's tensor-core instructions (mma.sync); on Hopper it cannot use
+# the asynchronous wgmma / TMA path its successors were built on. FlashAttention-3 (Shah et al. 2024,
+# arXiv 2407.08608), abstract: FlashAttention-2 "achieves only 35% utilization on the H100 GPU", where
+# FlashAttention-3 reaches "up to 740 TFLOPs/s (75% utilization)" in BF16. An `fa2` kernel's matmuls run
+# at that ratio of the generation's own kernel's; a chip with an fp8 peak is taken as Hopper or newer
+# (Ampere and older have none; the same ratio is assumed on Blackwell).
+FA2_SHARE_ON_NEWER_GPUS = 0.35 / 0.75
+
+
 def sixteen_bit_peak(d: DesignBatch, peak: torch.Tensor) -> torch.Tensor:
     """Peak of the kernels that stay 16-bit under narrow-format training (fused attention, the
     output layer; Transformer Engine's default recipes): bf16's where the chip has it, else the
@@ -62,9 +71,12 @@ def sixteen_bit_peak(d: DesignBatch, peak: torch.Tensor) -> torch.Tensor:
 
 def attention_peak(d: DesignBatch, peak: torch.Tensor) -> torch.Tensor:
     """Peak of the fused attention kernel's matmuls: fp8's under a narrow precision with
-    `fp8_attention` (where the chip has fp8), else `sixteen_bit_peak`."""
-    fp8 = (d.fp8_attention > 0) & (is_narrow(d) > 0) & (d.peak_fp8_flops_per_s > 0)
-    return torch.where(fp8, d.peak_fp8_flops_per_s, sixteen_bit_peak(d, peak))
+    `fp8_attention` (where the chip has fp8), else `sixteen_bit_peak`; an `fa2` kernel runs in 16 bits,
+    at `FA2_SHARE_ON_NEWER_GPUS` of it on a chip newer than Ampere (one with an fp8 peak)."""
+    fa2 = d.attention_kernel == ATTENTION_KERNEL_CODES["fa2"]
+    fp8 = (d.fp8_attention > 0) & (is_narrow(d) > 0) & (d.peak_fp8_flops_per_s > 0) & ~fa2
+    base = torch.where(fp8, d.peak_fp8_flops_per_s, sixteen_bit_peak(d, peak))
+    return torch.where(fa2 & (d.peak_fp8_flops_per_s > 0), FA2_SHARE_ON_NEWER_GPUS * base, base)
 
 
 @per_evaluation

@@ -26,7 +26,7 @@ import numpy as np
 
 from analytical import DEFAULT_EFFICIENCY, Efficiency
 from analytical.codes import PRECISIONS
-from deepflow.validation import GENERATIONS, Rows, concat, fit_efficiency, generation, read_rows, report
+from deepflow.validation import FIT_FIELDS, GENERATIONS, Rows, concat, fit_efficiency, generation, read_rows, report
 
 HERE = Path(__file__).resolve().parent
 HEADER = f"{'constants':34s} {'evaluated on':16s} {'n':>4s} {'mean|err|':>10s} {'max|err|':>9s} {'min tau':>8s}"
@@ -113,9 +113,19 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print only the final JSON line")
     parser.add_argument("--fit-shipped", action="store_true",
                         help="fit the constants on every visible row (how the shipped defaults were made) and print them")
+    parser.add_argument("--fields", default=None,
+                        help="with --fit-shipped: fit only these comma-separated constants, the others held at the "
+                             "shipped values (the last refit: flash_attention_fraction,narrow_gemm_peak_fraction)")
     args = parser.parse_args()
     if args.fit_shipped:
-        eff = fit_efficiency(all_rows())
+        if args.fields:
+            fields = tuple(args.fields.split(","))
+            unknown = sorted(set(fields) - set(FIT_FIELDS))
+            if unknown:
+                parser.error(f"--fields: unknown {', '.join(unknown)}; allowed {', '.join(FIT_FIELDS)}")
+            eff = fit_efficiency(all_rows(), start=DEFAULT_EFFICIENCY, fields=fields)
+        else:
+            eff = fit_efficiency(all_rows())
         print(json.dumps({"fitted_on_all_visible_rows": eff.as_dict()}))
         return
     if not args.json:

@@ -363,6 +363,7 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
     fields["linear_bias"] = ints(0, 1)
     fields["fused_expert_mlp"] = ints(0, 1)
     fields["elementwise"] = ints(0, 2)  # ELEMENTWISE_CODES
+    fields["attention_kernel"] = ints(0, 1)  # ATTENTION_KERNEL_CODES
     fields["rope_mscale"] = torch.where(ints(0, 3) == 0, 1.3466 * one_, one_)
     fields["num_layers"] = torch.where(cnn, one_, fields["num_layers"])
     fields["seq_length"] = torch.where(cnn, one_, fields["seq_length"])

@@ -247,9 +247,10 @@ def test_the_software_stack_is_taken_as_given():
     moe = ModelSpec(name="moe-small", num_layers=8, hidden_size=2048, num_heads=16, vocab_size=32000, seq_length=2048,
                     ffn_type="swiglu", ffn_hidden_size=768, num_experts=16, top_k=2)
     eager = best_mappings(h100(), dgx(16), moe, 256, top_k=3, precision="fp8")
-    stack = SearchOptions(cuda_graph="full", fp8_attention=True, fp8_param_gather=True)
+    stack = SearchOptions(cuda_graph="full", fp8_attention=True, fp8_param_gather=True, attention_kernel="fa2")
     graphed = best_mappings(h100(), dgx(16), moe, 256, top_k=3, precision="fp8", options=stack)
-    assert all((m.cuda_graph, m.fp8_attention, m.fp8_param_gather) == ("full", True, True) for m in graphed.mappings)
+    assert all((m.cuda_graph, m.fp8_attention, m.fp8_param_gather, m.attention_kernel) == ("full", True, True, "fa2")
+               for m in graphed.mappings)
     assert all(m.cuda_graph == "none" for m in eager.mappings)
     assert graphed.rows[0]["step_time_s"] < eager.rows[0]["step_time_s"]  # no host floor, no per-layer gaps
     with pytest.raises(SpecError, match="cuda_graph"):

@@ -5,7 +5,9 @@ layer's pass takes at least `Efficiency.moe_layer_host_s` (the dispatcher's host
 synchronization, Megatron-Core MoEAlltoAllTokenDispatcher's `cuda_sync_point`, keeps the host from
 running ahead); a full-iteration CUDA graph (`MappingSpec.cuda_graph` full, Megatron-Core
 cuda_graph_impl "full_iteration") replays the step without the host. fp8 attention (Megatron
-`fp8_dot_product_attention`): the fused attention kernel's matmuls at the fp8 peak."""
+`fp8_dot_product_attention`): the fused attention kernel's matmuls at the fp8 peak. A FlashAttention-2
+kernel (`MappingSpec.attention_kernel` fa2, PyTorch SDPA's flash backend) on a GPU newer than Ampere: its
+matmuls at 35/75 of the generation's own kernel's rate (FlashAttention-3 paper, abstract)."""
 
 from __future__ import annotations
 
@@ -16,9 +18,9 @@ import torch
 
 from analytical import DEFAULT_EFFICIENCY, MappingSpec, ModelSpec, SpecError, evaluate
 from analytical.search import mapping_from_batch
-from analytical.specs import CUDA_GRAPHS
+from analytical.specs import ATTENTION_KERNELS, CUDA_GRAPHS
 from analytical.step.kernels import host_wait_s
-from analytical.step.workload import attention_peak
+from analytical.step.workload import FA2_SHARE_ON_NEWER_GPUS, attention_peak
 from deepflow.presets import load_preset
 
 # Qwen3-30B-A3B's shape (Hugging Face config): 48 layers, hidden 2048, 32 heads of 128, 4 kv heads,
@@ -107,6 +109,34 @@ def test_fp8_attention_runs_the_attention_matmuls_at_the_fp8_peak(design, run, b
                        MappingSpec(precision="fp8", flash_attention=False, global_batch_size=8)):
         assert float(run(b200, system, llama, dataclasses.replace(unaffected, fp8_attention=True)).step_time_s[0]) \
             == float(run(b200, system, llama, unaffected).step_time_s[0])
+
+
+def test_a_flash_attention_2_kernel_runs_slower_on_hopper_and_blackwell_only(design, run, b200, system):
+    llama = load_preset("model", "llama3-8b")
+    a100, h100 = load_preset("hardware", "a100-sxm-80gb"), load_preset("hardware", "h100-sxm-80gb")
+    native = MappingSpec(precision="bf16", micro_batch_size=1, global_batch_size=8)
+    fa2 = dataclasses.replace(native, attention_kernel="fa2")
+    assert FA2_SHARE_ON_NEWER_GPUS == pytest.approx(0.35 / 0.75)
+    for chip in (h100, b200):
+        peak = torch.tensor([chip.peak_tflops_bf16 * 1e12], dtype=torch.float64)
+        assert float(attention_peak(design(chip, system, llama, fa2), peak)[0]) == pytest.approx(
+            FA2_SHARE_ON_NEWER_GPUS * chip.peak_tflops_bf16 * 1e12)
+        slow, fast = (run(chip, system, llama, m).row(0)["breakdown"] for m in (fa2, native))
+        assert slow["forward_compute"] > fast["forward_compute"] and slow["backward_compute"] > fast["backward_compute"]
+    # on Ampere FlashAttention-2 is the generation's own kernel; unfused attention has no kernel to choose
+    assert float(run(a100, system, llama, fa2).step_time_s[0]) == float(run(a100, system, llama, native).step_time_s[0])
+    unfused = dataclasses.replace(native, flash_attention=False)
+    assert float(run(h100, system, llama, dataclasses.replace(unfused, attention_kernel="fa2")).step_time_s[0]) \
+        == float(run(h100, system, llama, unfused).step_time_s[0])
+    # FlashAttention-2 has no fp8 path: fp8 attention falls back to its 16-bit rate
+    fp8 = dataclasses.replace(fa2, precision="fp8", fp8_attention=True)
+    peak = torch.tensor([h100.peak_tflops_fp8 * 1e12], dtype=torch.float64)
+    assert float(attention_peak(design(h100, system, llama, fp8), peak)[0]) == pytest.approx(
+        FA2_SHARE_ON_NEWER_GPUS * h100.peak_tflops_bf16 * 1e12)
+    assert mapping_from_batch(design(h100, system, llama, fa2), 0).attention_kernel == "fa2"
+    with pytest.raises(SpecError) as err:
+        dataclasses.replace(native, attention_kernel="fa3").validate()
+    assert "attention_kernel" in str(err.value) and all(name in str(err.value) for name in ATTENTION_KERNELS)
 
 
 def test_mapping_from_a_batch_keeps_the_graphs_and_the_fp8_flags(design, b200, system):
