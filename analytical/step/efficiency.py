@@ -29,24 +29,24 @@ class Efficiency:
     # same latency costs H100's 2.6x faster SMs 2.6x more of their work. Fitted (6.3 us).
     gemm_tile_overhead_s: float = 6.313e-6
     # Fraction of the narrow formats' peak (fp8, mxfp8, nvfp4: twice or four times the 16-bit rate)
-    # that their GEMM main loop sustains, in place of `gemm_peak_fraction`. Fitted (0.700) together with
+    # that their GEMM main loop sustains, in place of `gemm_peak_fraction`. Fitted (0.715) together with
     # `flash_attention_fraction`, every other constant held, once torchtitan's H100 rows were typed with
     # their FlashAttention-2 kernel (`MappingSpec.attention_kernel`): until then the shared attention
     # fraction carried those rows' slow attention and the fp8 GEMMs had to look as fast as the 16-bit ones
     # (0.828). Narrow GEMMs reaching a smaller share of their doubled peak than 16-bit ones is the
     # direction cuBLAS's own H100 figures go; the value is the fit's.
-    narrow_gemm_peak_fraction: float = 0.7001
+    narrow_gemm_peak_fraction: float = 0.7147
     # Fraction of HBM bandwidth that memory-bound kernels (norms, activations, softmax, dropout,
     # the optimizer) reach: ~0.8-0.9 in STREAM-like copies on A100/H100 (Chips and Cheese, 2021).
     # Fitted (at its bound 1.0: the fused kernels of today's stacks move fewer bytes than counted).
     hbm_bw_fraction: float = 1.0
     # FlashAttention-2 fwd+bwd reaches ~170 of 312 TFLOP/s on A100 (causal, head dim 128, seq 2k;
-    # Dao 2023, arXiv 2307.08691, Fig. 5): 0.55 of peak. Fitted (0.507, with the narrow fraction above),
+    # Dao 2023, arXiv 2307.08691, Fig. 5): 0.55 of peak. Fitted (0.454, with the narrow fraction above),
     # for the generation's own kernel's matmuls only: its softmax exponentials are timed apart at the
     # special-function units' rate (`kernels.softmax_exp_time_s`, `peak_tera_exp_per_s`), and a
     # FlashAttention-2 kernel on a newer GPU runs at a share of it (`workload.FA2_SHARE_ON_NEWER_GPUS`).
     # Before torchtitan's H100 rows were typed with that kernel the fit held it at 0.272.
-    flash_attention_fraction: float = 0.5065
+    flash_attention_fraction: float = 0.4541
     # Fraction of link bandwidth collectives reach as bus bandwidth (NCCL tests on DGX A100:
     # ~230 of 300 GB/s NVLink, ~22 of 25 GB/s per HDR NIC): ~0.8-0.9. Both fitted (0.888; 0.750:
     # at its bound 1.0 until MoE dispatch counted one copy per expert where DeepEP / HybridEP send

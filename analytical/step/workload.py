@@ -54,12 +54,14 @@ def is_narrow(d: DesignBatch) -> torch.Tensor:
 
 
 # FlashAttention-2 is written for Ampere's tensor-core instructions (mma.sync); on Hopper it cannot use
-# the asynchronous wgmma / TMA path its successors were built on. FlashAttention-3 (Shah et al. 2024,
-# arXiv 2407.08608), abstract: FlashAttention-2 "achieves only 35% utilization on the H100 GPU", where
-# FlashAttention-3 reaches "up to 740 TFLOPs/s (75% utilization)" in BF16. An `fa2` kernel's matmuls run
-# at that ratio of the generation's own kernel's; a chip with an fp8 peak is taken as Hopper or newer
-# (Ampere and older have none; the same ratio is assumed on Blackwell).
-FA2_SHARE_ON_NEWER_GPUS = 0.35 / 0.75
+# the asynchronous wgmma / TMA path the generation's own kernels are built on. Measured in PyTorch itself
+# (pytorch/pytorch#142132, nightly 2.6.0.dev20241204, H100, batch 1, 24 heads, sequence 4608, head dim
+# 128): SDPA's default (FlashAttention-2) backend 329.483 TFLOP/s, its cuDNN backend 631.338. An `fa2`
+# kernel's matmuls run at that ratio (0.52) of the generation's own kernel's on a chip newer than
+# Ampere, taken as one with an fp8 peak (Ampere and older have none; the ratio is assumed on Blackwell
+# too). The FlashAttention-3 paper's utilizations agree: FlashAttention-2 "only 35%" on H100, FlashAttention-3
+# "up to ... 75%" (Shah et al. 2024, arXiv 2407.08608, abstract): 0.47.
+FA2_SHARE_ON_NEWER_GPUS = 329.483 / 631.338
 
 
 def sixteen_bit_peak(d: DesignBatch, peak: torch.Tensor) -> torch.Tensor:
