@@ -33,8 +33,7 @@ class Efficiency:
     # `flash_attention_fraction`, every other constant held, once torchtitan's H100 rows were typed with
     # their FlashAttention-2 kernel (`MappingSpec.attention_kernel`): until then the shared attention
     # fraction carried those rows' slow attention and the fp8 GEMMs had to look as fast as the 16-bit ones
-    # (0.828). Narrow GEMMs reaching a smaller share of their doubled peak than 16-bit ones is the
-    # direction cuBLAS's own H100 figures go; the value is the fit's.
+    # (0.828). The value is the fit's; no public microbenchmark was found to start it from.
     narrow_gemm_peak_fraction: float = 0.7147
     # Fraction of HBM bandwidth that memory-bound kernels (norms, activations, softmax, dropout,
     # the optimizer) reach: ~0.8-0.9 in STREAM-like copies on A100/H100 (Chips and Cheese, 2021).
