@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -130,16 +131,31 @@ def _add(a: EagerOps, b: EagerOps) -> EagerOps:
     return EagerOps(*(getattr(a, f.name) + getattr(b, f.name) for f in dataclasses.fields(EagerOps)))
 
 
-def _elementwise(d: DesignBatch, elem: torch.Tensor) -> EagerOps:
-    """Eager element-wise modules' extra traffic (`elementwise` eager or eager_fused_norm)."""
+class _EagerModules(NamedTuple):
+    """Per layer, micro-batch and device, `(batch,)` each (the shared terms of `_elementwise` and
+    `eager_saved_bytes`)."""
+    eager: torch.Tensor  # 1 where a Transformer's element-wise modules run eagerly
+    norm: torch.Tensor  # 1 where its RMSNorms are eager too (not under `eager_fused_norm`)
+    norm_elements: torch.Tensor  # elements the two eager RMSNorms read
+    grouped: torch.Tensor  # 1 where grouped-query attention copies keys and values (`repeat_kv`)
+    glu_bytes: torch.Tensor  # bytes of the gated activation's output
+
+
+def _eager_modules(d: DesignBatch) -> _EagerModules:
+    elem = activation_bytes_per_element(d)
     eager = (d.elementwise != ELEMENTWISE_CODES["fused"]).to(elem.dtype) * is_kind(d, "transformer")
     norm = eager * (d.elementwise == ELEMENTWISE_CODES["eager"]).to(elem.dtype)
-    tokens, t = local_tokens(d), d.tp
-    norm_elems = norm * 2.0 * tokens * d.hidden_size / torch.where(d.sequence_parallel > 0, t, 1.0)
-    rope_elems = eager * rotary_elements(d)
+    norm_elements = norm * 2.0 * local_tokens(d) * d.hidden_size / torch.where(d.sequence_parallel > 0, d.tp, 1.0)
     grouped = eager * ((d.num_kv_heads < d.num_heads) & ~is_mla(d)).to(elem.dtype)
-    kv_copy = grouped * 2.0 * tokens * (d.num_kv_heads + d.num_heads) * head_dim(d) / t * elem
-    glu = eager * is_swiglu(d) * tokens * mlp_width(d) / t * elem
+    glu = eager * is_swiglu(d) * local_tokens(d) * mlp_width(d) / d.tp * elem
+    return _EagerModules(eager, norm, norm_elements, grouped, glu)
+
+
+def _elementwise(d: DesignBatch, elem: torch.Tensor) -> EagerOps:
+    """Eager element-wise modules' extra traffic (`elementwise` eager or eager_fused_norm)."""
+    eager, norm, norm_elems, grouped, glu = _eager_modules(d)
+    rope_elems = eager * rotary_elements(d)
+    kv_copy = grouped * 2.0 * local_tokens(d) * (d.num_kv_heads + d.num_heads) * head_dim(d) / d.tp * elem
     forward = (_passes_bytes(norm_elems, NORM_PASSES[0], elem) + _passes_bytes(rope_elems, ROPE_PASSES[0], elem)
                + kv_copy + GLU_PASSES[0] * glu)
     backward = (_passes_bytes(norm_elems, NORM_PASSES[1], elem) + _passes_bytes(rope_elems, ROPE_PASSES[1], elem)
@@ -157,18 +173,14 @@ def eager_saved_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     keeps for the backward pass beyond the fused kernels' set, per layer, micro-batch and device, and the
     norms' and activation's share of it (what selective recompute re-runs rather than keeps). Zeros where
     `elementwise` is fused (see the module docstring)."""
-    zero = torch.zeros_like(d.tp)
-    eager = (d.elementwise != ELEMENTWISE_CODES["fused"]).to(zero.dtype) * is_kind(d, "transformer")
-    if not bool((eager > 0).any()):
+    if not bool((d.elementwise != ELEMENTWISE_CODES["fused"]).any()):
+        zero = torch.zeros_like(d.tp)
         return zero, zero
-    elem = activation_bytes_per_element(d)
-    tokens, t = local_tokens(d), d.tp
-    norm = eager * (d.elementwise == ELEMENTWISE_CODES["eager"]).to(zero.dtype)
-    norms = norm * 2.0 * tokens * d.hidden_size / torch.where(d.sequence_parallel > 0, t, 1.0) * NORM_SAVED_BYTES
-    grouped = eager * ((d.num_kv_heads < d.num_heads) & ~is_mla(d)).to(zero.dtype)
-    kv_copies = grouped * 2.0 * tokens * (d.num_heads - d.num_kv_heads) * head_dim(d) / t * elem
-    glu = eager * is_swiglu(d) * tokens * mlp_width(d) / t * elem
-    return norms + kv_copies + glu, norms + glu
+    m = _eager_modules(d)
+    norms = m.norm_elements * NORM_SAVED_BYTES
+    kv_copies = (m.grouped * 2.0 * local_tokens(d) * (d.num_heads - d.num_kv_heads) * head_dim(d) / d.tp
+                 * activation_bytes_per_element(d))
+    return norms + kv_copies + m.glu_bytes, norms + m.glu_bytes
 
 
 @per_evaluation

@@ -240,15 +240,14 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
     # modules' share of them), as the step time does (`analytical.step.model`)
     modules_bytes = flash * (recomputed_module_bytes(d) + eager.recompute_bytes)
 
+    # the non-GEMM bytes (everything read from HBM also streams through the last-level SRAM once):
+    # forward, backward, unfused core, per-op recompute's and selective recompute's extra
+    extra_bytes = (mb_bytes + qkvo_bytes + eager.forward_bytes, 2.0 * (mb_bytes + qkvo_bytes) + eager.backward_bytes,
+                   core_mem_bytes, mb_bytes + eager.forward_bytes, modules_bytes)
     work = {}
     for name, fwd_extra, bwd_extra, core_extra, op_extra, selective_extra in (
             ("flops", flash_flops, 2.5 * flash_flops, 0.0, 0.0, 0.0),  # FA2 backward: 5 of the 2 forward matmuls
-            ("hbm_bytes", mb_bytes + qkvo_bytes + eager.forward_bytes,
-             2.0 * (mb_bytes + qkvo_bytes) + eager.backward_bytes, core_mem_bytes, mb_bytes + eager.forward_bytes,
-             modules_bytes),
-            ("sram_bytes", mb_bytes + qkvo_bytes + eager.forward_bytes,
-             2.0 * (mb_bytes + qkvo_bytes) + eager.backward_bytes, core_mem_bytes, mb_bytes + eager.forward_bytes,
-             modules_bytes)):
+            ("hbm_bytes", *extra_bytes), ("sram_bytes", *extra_bytes)):
         gemm_fwd = slot_sum(per_slot[name])
         forward = gemm_fwd + fwd_extra
         backward = 2.0 * gemm_fwd + bwd_extra

@@ -254,6 +254,7 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     # full recompute rebuilds one layer's activations at a time in the backward pass: that layer's
     # whole set is live on top of the kept inputs (Korthikanti et al. 2022, sec. 4.2)
     transient = torch.where(is_full, full, 0.0)
+    rebuilds = is_full  # where a recompute rebuilds the layer in the backward pass
     if op_recompute(d) is not None:
         # torchtitan's per-op checkpointing (`op`): the layer input, the attention kernel's output and
         # statistics, and every other matmul output (its policy saves aten.mm outputs alternately:
@@ -266,6 +267,7 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
         op_kept = tr * (2.0 * th / sp_div + 2.0 * tao / t + softmax_stats + matmul_outputs)
         per_layer = torch.where(op, op_kept, per_layer)
         transient = torch.where(op, torch.clamp_min(full - op_kept, 0.0), transient)
+        rebuilds = is_full | op
     scale = activation_bytes_per_element(d) / 2.0
     transient = transient * scale
     kept_bytes = (per_layer + lstm_bytes + gemm_bytes) * scale
@@ -273,7 +275,6 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     # that keeps its activations (selective re-runs the norms and activation instead) and by the layer full
     # or per-op recompute rebuilds
     saved, modules = eager_saved_bytes(d)
-    rebuilds = is_full if op_recompute(d) is None else is_full | (op_recompute(d) > 0)
     kept_bytes = kept_bytes + torch.where(
         is_full, (1.0 - share) * saved, torch.where(rebuilds, 0.0, saved - selective_flash * modules))
     transient = transient + torch.where(rebuilds, saved, 0.0)
