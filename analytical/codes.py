@@ -59,6 +59,7 @@ class Reason(IntEnum):
     NETWORK_POWER_TOO_LOW = 19
     FUSED_JOBS_INVALID = 20  # checked beside the mapping rules (after MAPPING_UNSUPPORTED_BY_MODEL)
     PARAMETER_SERVER_INVALID = 21  # likewise
+    DP_SHARD_INVALID = 22  # likewise
 
 
 REASON_TEXT = {
@@ -76,6 +77,7 @@ REASON_TEXT = {
     Reason.FUSED_JOBS_INVALID: "fused_jobs > 1 fuses single-device jobs: it needs tp = pp = cp = ep = dp = 1",
     Reason.PARAMETER_SERVER_INVALID: "dp_mode ps_sync / ps_async needs ps_shards >= 1 and plain data "
                                      "parallelism (zero_stage 0, no distributed optimizer)",
+    Reason.DP_SHARD_INVALID: "dp_shard (HSDP's shard degree) must divide dp",
     Reason.ZERO_WITH_PIPELINE: "ZeRO stages 2 and 3 cannot be combined with pipeline parallelism (FSDP can)",
     Reason.PRECISION_UNSUPPORTED: "the accelerator has no peak rate for this precision",
     Reason.NO_SCALE_OUT_LINK: "the devices span several scale-up domains but have no scale-out bandwidth",

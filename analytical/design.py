@@ -111,6 +111,7 @@ class DesignBatch:
     recompute: torch.Tensor
     zero_stage: torch.Tensor
     fsdp: torch.Tensor
+    dp_shard: torch.Tensor  # HSDP shard degree (0: the sharded states split over all of dp x cp)
     distributed_optimizer: torch.Tensor
     precision: torch.Tensor
     flash_attention: torch.Tensor

@@ -67,7 +67,7 @@ MAPPING_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "micr
 ZERO_CONFIGS = ((0, 0), (0, 1), (1, 0), (2, 0), (3, 0))
 # MappingSpec fields a search takes as given, through the SearchOptions fields of the same names
 STACK_FIELDS = ("cuda_graph", "fp8_attention", "fp8_param_gather", "grad_reduce_in_fp32", "fused_cross_entropy",
-                "fused_expert_mlp", "elementwise", "attention_kernel")
+                "fused_expert_mlp", "elementwise", "attention_kernel", "dp_shard")
 EQUIVALENT_ZERO_CONFIGS = {(1, 0): (0, 1)}
 
 
@@ -93,6 +93,8 @@ class SearchOptions:
     fused_expert_mlp: bool = MappingSpec.fused_expert_mlp
     elementwise: str = MappingSpec.elementwise
     attention_kernel: str = MappingSpec.attention_kernel
+    # HSDP's shard degree, as given: data-parallel degrees it does not divide are infeasible (DP_SHARD_INVALID)
+    dp_shard: int = MappingSpec.dp_shard
     max_micro_batch_size: int = 16
     max_vp: int = 8
     all_divisors: bool = False  # micro-batch and vp: every integer up to the cap, not powers of two
@@ -120,8 +122,10 @@ class SearchOptions:
         for value in self.zero_stages:
             if value not in (0, 1, 2, 3):
                 raise SpecError("search", "zero_stages", value, "0, 1, 2 or 3")
-        if isinstance(self.etp, bool) or not isinstance(self.etp, int) or self.etp < 0:
-            raise SpecError("search", "etp", self.etp, "an integer >= 0")
+        for name in ("etp", "dp_shard"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise SpecError("search", name, value, "an integer >= 0")
         for name, choices in (("ep_dispatcher", EP_DISPATCHERS), ("cuda_graph", CUDA_GRAPHS),
                               ("elementwise", ELEMENTWISE), ("attention_kernel", ATTENTION_KERNELS)):
             _check_choice("search", self, name, choices)
@@ -311,7 +315,8 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
         recompute_layers=num("recompute_layers"), grad_reduce_in_fp32=flag("grad_reduce_in_fp32"), etp=num("etp"),
         fp8_param_gather=flag("fp8_param_gather"), cuda_graph=CUDA_GRAPHS[num("cuda_graph")],
         fp8_attention=flag("fp8_attention"), fused_expert_mlp=flag("fused_expert_mlp"),
-        elementwise=ELEMENTWISE[num("elementwise")], attention_kernel=ATTENTION_KERNELS[num("attention_kernel")])
+        elementwise=ELEMENTWISE[num("elementwise")], attention_kernel=ATTENTION_KERNELS[num("attention_kernel")],
+        dp_shard=num("dp_shard"))
     return mapping.validate()
 
 

@@ -45,10 +45,9 @@ EP_DISPATCHERS = ("alltoall", "deepep", "hybridep")
 # whole layers (`enable_cuda_graph`); `full`, the whole step ("full_iteration"). Only `full` takes the host out: rows
 # with whole-layer graphs still show per-layer gaps (the schedule stays on the host): `partial`, `layer` time as `none`
 CUDA_GRAPHS = ("none", "partial", "layer", "full")
-# How data-parallel replicas combine their gradients: `allreduce` (NCCL-style collectives);
-# `ps_sync`, workers push gradients to and pull weights from `ps_shards` parameter-server shards and
-# wait for each other (BSP; with `staleness` s > 0 the stale-synchronous SSP of Ho et al. NIPS 2013);
-# `ps_async`, DistBelief's Downpour SGD (Dean et al. NIPS 2012): no worker waits for another
+# How data-parallel replicas combine their gradients: `allreduce` (NCCL-style collectives); `ps_sync`, workers push
+# gradients to and pull weights from `ps_shards` parameter-server shards and wait for each other (BSP; with `staleness`
+# s > 0 the stale-synchronous SSP of Ho et al. NIPS 2013); `ps_async`, DistBelief's Downpour SGD (Dean et al. NIPS 2012)
 DP_MODES = ("allreduce", "ps_sync", "ps_async")
 # How a Transformer layer's norms, rotary embedding and gated activation run (analytical.step.eager_ops):
 # `fused` kernels (Megatron-Core / Transformer Engine, or torch.compile); `eager`: the PyTorch ops of torchtitan's
@@ -347,6 +346,10 @@ class MappingSpec:
     # ahead, reduce-scatters overlapped with the next block's backward) rather than DeepSpeed 2021's
     # per-module collectives; needs zero_stage 3
     fsdp: bool = False
+    # HSDP: the sharded states (ZeRO >= 1, the distributed optimizer, FSDP) split over dp_shard x cp ranks,
+    # dp / dp_shard replicas all-reducing the shard's gradients (torchtitan data_parallel_shard_degree with
+    # data_parallel_replicate_degree dp / dp_shard; Megatron-Core num_distributed_optimizer_instances); 0: all dp
+    dp_shard: int = 0
     distributed_optimizer: bool = False
     precision: str = "bf16"
     flash_attention: bool = True
@@ -369,30 +372,27 @@ class MappingSpec:
     dp_mode: str = "allreduce"  # one of DP_MODES
     ps_shards: int = 0  # parameter-server shards (one per server machine) for dp_mode ps_*
     staleness: int = 0  # ps_sync: steps a worker may run ahead of the slowest (0 = BSP)
-    # the loss as one fused (or compiled) cross-entropy over the 16-bit logits and one fp32 copy
-    # (Megatron's vocab-parallel cross entropy); false: PyTorch's eager F.cross_entropy on
-    # logits.float() (torchtitan before it compiled the loss, 2025-04), whose backward holds three fp32
-    # copies: the saved log-softmax, its incoming gradient and its result
+    # the loss as one fused (or compiled) cross-entropy over the 16-bit logits and one fp32 copy (Megatron's
+    # vocab-parallel cross entropy); false: PyTorch's eager F.cross_entropy on logits.float() (torchtitan before it
+    # compiled the loss, 2025-04), whose backward holds three fp32 copies: saved log-softmax, its gradient, result
     fused_cross_entropy: bool = True
     # with recompute=full, the layers of each pipeline stage that are recomputed, the others keeping
     # all their activations (Megatron recompute_method=block with recompute_num_layers; torchtitan's
     # selective_ac_option k checkpoints every k-th block: num_layers / k); 0: every layer
     recompute_layers: int = 0
-    # 16-bit training keeps fp32 main gradients and reduces them in fp32 (Megatron-LM forces
-    # accumulate_allreduce_grads_in_fp32 with --bf16, arguments.py; FSDP2's reduce_dtype float32 in
-    # torchtitan); false: gradients accumulate and reduce in the 16-bit parameter dtype, 2 bytes a
-    # parameter (Megatron-Bridge's performance recipes set ddp.grad_reduce_in_fp32=False)
+    # 16-bit training keeps fp32 main gradients and reduces them in fp32 (Megatron-LM forces accumulate_allreduce_
+    # grads_in_fp32 with --bf16, arguments.py; FSDP2's reduce_dtype float32 in torchtitan); false: gradients accumulate
+    # and reduce in the 16-bit parameter dtype, 2 bytes a parameter (Megatron-Bridge's perf recipes set it False)
     grad_reduce_in_fp32: bool = True
     # expert tensor parallelism: the experts' weights split over etp ranks instead of tp (Megatron-Core
     # expert_tensor_parallel_size; Megatron-Bridge's MoE perf recipes set 1, so with tp > 1 each
     # expert is whole on a rank and the ep group spans the tp ranks); 0: etp = tp (Megatron's default)
     etp: int = 0
-    # fp8 primary weights (Megatron `fp8_param_gather`, Transformer Engine fp8 parameters): under
-    # per-tensor fp8 (`precision: fp8`) the compute weights exist only in fp8, cast from the fp32
-    # master weights, and the distributed optimizer all-gathers them in fp8: 1 byte a parameter held
-    # and sent instead of a 16-bit weight plus its fp8 cast (Megatron-Core MoE README, FP8 training:
-    # "Eliminate BF16 weight copies", "50% parameter all-gather", "except MXFP8"). No effect on
-    # other precisions or under FSDP (ZeRO-3: NeMo v2.3.0 turns it off with Megatron-FSDP)
+    # fp8 primary weights (Megatron `fp8_param_gather`, Transformer Engine fp8 parameters): under per-tensor fp8
+    # (`precision: fp8`) the compute weights exist only in fp8, cast from the fp32 master weights, and the distributed
+    # optimizer all-gathers them in fp8: 1 byte a parameter held and sent instead of a 16-bit weight plus its fp8 cast
+    # (Megatron-Core MoE README, FP8 training: "Eliminate BF16 weight copies", "50% parameter all-gather", "except
+    # MXFP8"). No effect on other precisions or under FSDP (ZeRO-3: NeMo v2.3.0 turns it off with Megatron-FSDP)
     fp8_param_gather: bool = False
     # fp8 attention (Megatron `fp8_dot_product_attention`, Transformer Engine's cuDNN FP8 fused
     # attention): under a narrow precision the fused attention kernel's matmuls run at the fp8 peak
@@ -411,7 +411,7 @@ class MappingSpec:
         _check_int(spec, self, ("tp", "pp", "cp", "ep", "vp", "micro_batch_size", "global_batch_size", "fused_jobs"))
         if self.dp is not None:
             _check_int(spec, self, ("dp",))
-        _check_int(spec, self, ("zero_stage", "offload_layers", "recompute_layers", "etp"), minimum=0)
+        _check_int(spec, self, ("zero_stage", "offload_layers", "recompute_layers", "etp", "dp_shard"), minimum=0)
         if self.recompute_layers and self.recompute != "full":
             raise SpecError(spec, "recompute_layers", self.recompute_layers, "0 unless recompute is full")
         if self.zero_stage > 3:

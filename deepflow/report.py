@@ -33,6 +33,7 @@ def design_line(accelerator, system, model, mapping) -> str:
             + (f" ep_dispatcher={mapping.ep_dispatcher}" if mapping.ep_dispatcher != "alltoall" else "")
             + (" overlap_ep=1" if mapping.overlap_ep_comm else "")
             + (f" offload_layers={mapping.offload_layers}" if mapping.offload_layers else "")
+            + (f" dp_shard={mapping.dp_shard}" if mapping.dp_shard else "")
             + (f" fused_jobs={mapping.fused_jobs}" if mapping.fused_jobs > 1 else "")
             + (f" dp_mode={mapping.dp_mode} ps_shards={mapping.ps_shards}" if mapping.dp_mode != "allreduce" else "")
             + (f" staleness={mapping.staleness}" if mapping.staleness else "")

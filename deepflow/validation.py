@@ -131,6 +131,7 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
                           precision=str(row["precision"]),
                           flash_attention=bool(int(_opt(row, "flash_attention", int(flash_attention)))),
                           offload_layers=int(_opt(row, "offload_layers", 0)),
+                          dp_shard=int(_opt(row, "dp_shard", 0)),
                           ep_dispatcher=str(_opt(row, "ep_dispatcher", "alltoall")),
                           cuda_graph=str(_opt(row, "cuda_graph", "none")),
                           fused_cross_entropy=bool(int(_opt(row, "fused_cross_entropy", 1))),

@@ -40,9 +40,10 @@ from analytical.step import collectives as coll
 from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
 from analytical.step.eager_ops import eager_ops
 from analytical.step.kernels import gemm_flops, gemm_hbm_bytes, gemm_sram_bytes
-from analytical.step.memory import (full_recompute_share, grad_bytes_per_param, op_recompute, optimizer_sharded,
-                                    param_gather_bytes_per_param, recomputed_module_bytes, sharded_params,
-                                    weight_groups)
+from analytical.step.memory import (any_fsdp_unsharded, fsdp_keeps_unsharded, full_recompute_share,
+                                    grad_bytes_per_param, hsdp_replicas, op_recompute, optimizer_sharded,
+                                    param_gather_bytes_per_param, recomputed_module_bytes, shard_groups,
+                                    sharded_params, weight_groups)
 from analytical.step.workload import (
     GEMM_SLOTS,
     Gemms,
@@ -272,7 +273,7 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
 
     micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
     stage_devices = d.tp * d.cp * d.dp
-    optimizer_bytes = sharded_params(weight_groups(d, params), optimizer_sharded(d)) * ADAM_BYTES_PER_PARAM
+    optimizer_bytes = sharded_params(d, weight_groups(d, params), optimizer_sharded(d)) * ADAM_BYTES_PER_PARAM
     optimizer = {"flops": torch.zeros_like(params), "hbm_bytes": optimizer_bytes, "sram_bytes": optimizer_bytes}
     return {name: micro_batches * stage_devices * (d.num_layers * work[name] + logits[name])
             + stage_devices * d.pp * optimizer[name] for name in work}
@@ -354,10 +355,8 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     crosses = (d.pp * d.tp * d.cp * d.dp > domain).to(d.tp.dtype)
 
     # as analytical.step.model: one collective per class of weights over the ranks that share them
-    groups = weight_groups(d, params)
-
-    grads = [(p * grad_bytes_per_param(d), g, s) for p, g, s in groups]
-    weights = [(p * param_gather_bytes_per_param(d), g, s) for p, g, s in groups]
+    groups, grad, gather = weight_groups(d, params), grad_bytes_per_param(d), param_gather_bytes_per_param(d)
+    shards = shard_groups(d, groups)  # HSDP: the sharded collectives over the shard group, replicas all-reduce
 
     def over_groups(link_bytes, buffers):
         (b, g, s), *rest = buffers
@@ -367,16 +366,21 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
             up, out = up + more_up, out + more_out
         return up, out
 
-    ar = over_groups(all_reduce_link_bytes, grads)
-    rs = over_groups(all_gather_link_bytes, grads)
-    ag = over_groups(all_gather_link_bytes, weights)
+    ar = over_groups(all_reduce_link_bytes, [(p * grad, g, s) for p, g, s in groups])
+    rs = over_groups(all_gather_link_bytes, [(p * grad, g, s) for p, g, s, _ in shards])
+    ag = over_groups(all_gather_link_bytes, [(p * gather, g, s) for p, g, s, _ in shards])
+    rep = (0.0, 0.0) if hsdp_replicas(d) is None else over_groups(
+        all_reduce_link_bytes, [(p * grad / g, r, s * g) for p, g, s, r in shards])
     z = d.zero_stage
     sharded = optimizer_sharded(d).to(d.tp.dtype)
+    # ZeRO-3 gathers and scatters per micro-batch, once a step where FSDP holds the weights under a pipeline
+    zero3_rounds = torch.where(fsdp_keeps_unsharded(d) > 0, 1.0, micro_batches) if any_fsdp_unsharded(d) \
+        else micro_batches
 
     def dp_level(i: int) -> torch.Tensor:
-        return torch.where(z >= 3, micro_batches * (2.0 * ag[i] + rs[i]),
-                           torch.where(z >= 2, micro_batches * rs[i] + ag[i],
-                                       sharded * (rs[i] + ag[i]) + (1.0 - sharded) * ar[i]))
+        return torch.where(z >= 3, zero3_rounds * (2.0 * ag[i] + rs[i] + rep[i]),
+                           torch.where(z >= 2, micro_batches * rs[i] + ag[i] + rep[i],
+                                       sharded * (rs[i] + ag[i] + rep[i]) + (1.0 - sharded) * ar[i]))
 
     levels = []
     for i, p2p_share in ((0, 1.0 - crosses), (1, crosses)):

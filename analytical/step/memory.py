@@ -4,9 +4,9 @@ Mixed-precision Adam as in Rajbhandari et al. 2020 (ZeRO, sec. 3.1): 16-bit weig
 (fp32 main gradients for bf16/fp8, as Megatron-LM accumulates them, unless `grad_reduce_in_fp32`
 is off), and 12 bytes per parameter of fp32 master weights, momentum and variance. ZeRO stage 1
 (or Megatron's distributed optimizer) shards the optimizer state over data-parallel ranks (an
-expert's over its dp x cp / ep replicas, `weight_groups`), stage 2 also the gradients, stage 3
-also the weights. Activation memory per layer follows Korthikanti et al. 2022 (Table 2, checked
-in tests). All results are `(batch,)` tensors in bytes.
+expert's over its dp x cp / ep replicas, `weight_groups`; under HSDP over a dp_shard part of
+them, `shard_groups`), stage 2 also the gradients, stage 3 also the weights. Activation memory per
+layer follows Korthikanti et al. 2022 (Table 2, checked in tests). All results are `(batch,)` tensors in bytes.
 """
 
 from __future__ import annotations
@@ -112,12 +112,38 @@ def weight_groups(d: DesignBatch, params: torch.Tensor) -> tuple[tuple[torch.Ten
     return (params - expert[0], d.dp * d.cp, d.tp), expert
 
 
-def sharded_params(groups, shard: torch.Tensor) -> torch.Tensor:
+@per_evaluation
+def hsdp_replicas(d: DesignBatch) -> torch.Tensor | None:
+    """Replicas of the sharded states under HSDP (`dp_shard` > 0): dp / dp_shard, else 1, `(batch,)`;
+    None where no design of the batch sets dp_shard (every sharded state then splits over its whole group)."""
+    if not bool((d.dp_shard > 0).any()):
+        return None
+    return torch.where(d.dp_shard > 0, torch.clamp_min(d.dp / torch.clamp_min(d.dp_shard, 1.0), 1.0), 1.0)
+
+
+def shard_groups(d: DesignBatch, groups) -> tuple[tuple[torch.Tensor, ...], ...]:
+    """`(params, shard, stride, replicas)` of each class of `weight_groups` as its sharded states see it: the
+    class's data-parallel group of g ranks holds `replicas` copies (`hsdp_replicas`) of a shard group of
+    g / replicas ranks, at least 1 (an expert group smaller than the replica count: not sharded), the shard
+    ranks `stride` apart and the replicas shard x stride apart (torchtitan's mesh [dp_replicate, dp_shard, cp,
+    tp]; Megatron-Core's optimizer instances are contiguous blocks of the data-parallel group)."""
+    r = hsdp_replicas(d)
+    if r is None:
+        return tuple((p, g, s, torch.ones_like(g)) for p, g, s in groups)
+    out = []
+    for p, g, s in groups:
+        shard = torch.clamp_min(g / r, 1.0)
+        out.append((p, shard, s, g / shard))
+    return tuple(out)
+
+
+def sharded_params(d: DesignBatch, groups, shard: torch.Tensor) -> torch.Tensor:
     """Parameters a device keeps of `weight_groups` where `shard` (bool, `(batch,)`) splits each
-    class over its data-parallel group, all of them where it does not."""
-    (p, g, _), *rest = groups
+    class over its shard group (`shard_groups`: the data-parallel group, or HSDP's dp_shard part of
+    it), all of them where it does not."""
+    (p, g, _, _), *rest = shard_groups(d, groups)
     kept = p / torch.where(shard, g, 1.0)
-    for p, g, _ in rest:
+    for p, g, _, _ in rest:
         kept = kept + p / torch.where(shard, g, 1.0)
     return kept
 
@@ -363,7 +389,7 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
     message = local_tokens(d) * d.hidden_size * elem
     dense, _ = layer_params(d)
     zero3_prefetch = (zero >= 3).to(params.dtype) * 2.0 * dense / d.tp * weight_bytes_per_param(d)
-    weights = sharded_params(groups, zero >= 3) * weight_bytes_per_param(d)
+    weights = sharded_params(d, groups, zero >= 3) * weight_bytes_per_param(d)
     if any_fsdp_unsharded(d):
         # FSDP under a pipeline: unsharded 16-bit weights and gradients for the whole step, no prefetch
         held = fsdp_keeps_unsharded(d)
@@ -372,8 +398,8 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
         weights = weights + params * held * elem
     return {
         "weights": weights,
-        "gradients": sharded_params(groups, grad_sharded) * grad_bytes_per_param(d),
-        "optimizer": sharded_params(groups, optimizer_sharded(d)) * optimizer_bytes_per_param(d),
+        "gradients": sharded_params(d, groups, grad_sharded) * grad_bytes_per_param(d),
+        "optimizer": sharded_params(d, groups, optimizer_sharded(d)) * optimizer_bytes_per_param(d),
         "activations": activations + logits,
         "comm_buffers": 2.0 * message + zero3_prefetch,
         "runtime_reserve": torch.full_like(params, RUNTIME_RESERVE_BYTES),

@@ -33,10 +33,10 @@ from analytical.step.feasibility import mapping_reasons, peak_for_precision
 from analytical.step.kernels import (flash_attention_time_s, gemm_time_s, host_wait_s, memory_bound_time_s,
                                      softmax_exp_time_s)
 from analytical.step.memo import memoizing
-from analytical.step.memory import (any_fsdp_unsharded, eager_cross_entropy, fsdp_keeps_unsharded, full_recompute_share,
-                                    grad_bytes_per_param, memory_breakdown, op_recompute, optimizer_sharded,
-                                    param_gather_bytes_per_param, params_per_device, recomputed_module_bytes,
-                                    sharded_params, weight_groups)
+from analytical.step.memory import (any_fsdp_unsharded, eager_cross_entropy, fsdp_keeps_unsharded,
+                                    full_recompute_share, grad_bytes_per_param, hsdp_replicas, memory_breakdown,
+                                    op_recompute, optimizer_sharded, param_gather_bytes_per_param, params_per_device,
+                                    recomputed_module_bytes, shard_groups, sharded_params, weight_groups)
 from analytical.step.workload import (GEMM_SLOTS, activation_bytes_per_element, any_expert_tp, any_parameter_server,
                                       attention_core_flops, attention_peak, attention_score_elements, expert_tp,
                                       fuse_jobs, gemm_bytes_per_element, is_kind, is_moe, is_narrow,
@@ -279,48 +279,50 @@ def _data_parallel_time_s(d: DesignBatch, params, links, micro_batches,
     for the next step's forward pass (DeepSpeed's ZeRO-1/2 gather them inside the optimizer step);
     None where no design of the batch has one.
 
-    ZeRO-0: all-reduce of the gradients, or their push to and pull from parameter servers
-    (`dp_mode` ps_*, `collectives.group_parameter_server_time_s`). ZeRO-1 or distributed optimizer:
-    reduce-scatter of the gradients and all-gather of the updated weights. ZeRO-2: a reduce-scatter per micro-batch.
-    ZeRO-3: per micro-batch, weights gathered for forward and backward and gradients scattered, at
-    `zero3_comm_fraction` of the collective bound for DeepSpeed's per-module collectives, at the
-    bound itself for FSDP's whole-block ones (`fsdp`); once per step under a pipeline schedule
-    (`memory.fsdp_keeps_unsharded`)."""
-    # context-parallel ranks hold the same weights: gradients are reduced and the optimizer state
-    # sharded over dp x cp (Megatron-Core's data-parallel-with-context group; torchtitan's dp_shard_cp);
-    # experts over their own replicas (`memory.weight_groups`), one collective per class
-    groups = weight_groups(d, params)
-    grads = [(p * grad_bytes_per_param(d), g, s) for p, g, s in groups]
-    weights = [(p * param_gather_bytes_per_param(d), g, s) for p, g, s in groups]  # 16-bit, or fp8 primary weights
+    ZeRO-0: all-reduce of the gradients, or their push to and pull from parameter servers (`dp_mode` ps_*,
+    `collectives.group_parameter_server_time_s`). ZeRO-1 or distributed optimizer: reduce-scatter of the gradients
+    and all-gather of the updated weights. ZeRO-2: a reduce-scatter per micro-batch. ZeRO-3: per micro-batch,
+    weights gathered for forward and backward and gradients scattered, at `zero3_comm_fraction` of the collective
+    bound for DeepSpeed's per-module collectives, at the bound itself for FSDP's whole-block ones (`fsdp`); once
+    per step under a pipeline schedule (`memory.fsdp_keeps_unsharded`). HSDP (`dp_shard`): those run over the
+    shard group and the replicas all-reduce their shard of the gradients, as often as it is reduce-scattered
+    under ZeRO-3 (FSDP2 all-reduces after each backward's reduce-scatter), once a step otherwise."""
+    # context-parallel ranks hold the same weights: gradients are reduced and the optimizer state sharded over
+    # dp x cp (Megatron-Core's data-parallel-with-context group; torchtitan's dp_shard_cp); experts over their own
+    # replicas (`memory.weight_groups`), one collective per class
+    groups, grad, gather = weight_groups(d, params), grad_bytes_per_param(d), param_gather_bytes_per_param(d)
+    grads, shards = [(p * grad, g, s) for p, g, s in groups], shard_groups(d, groups)
 
     def over_groups(collective, buffers):
         return _total(_on_group(collective, d, links, b, g, s) for b, g, s in buffers)
 
-    ar = over_groups(coll.group_all_reduce_time_s, grads)
+    ar, replicas = over_groups(coll.group_all_reduce_time_s, grads), 0.0
+    if hsdp_replicas(d) is not None:  # the replicas' all-reduce of each shard (skipped where no design has HSDP)
+        replicas = over_groups(coll.group_all_reduce_time_s, [(p * grad / g, r, s * g) for p, g, s, r in shards])
     if any_parameter_server(d):  # parameter servers instead (skipped where no design uses them)
         ps = _total(coll.group_parameter_server_time_s(b, g, s, d.scale_up_domain, *links, d.ps_shards,
                                                        d.ps_server_bw_bytes_per_s * eff.scale_out_bw_fraction,
                                                        d.ps_server_sum_bytes_per_s) for b, g, s in grads)
         ar = torch.where(d.dp_mode > 0, ps, ar)
-    rs = over_groups(coll.group_all_gather_time_s, grads)
-    ag = over_groups(coll.group_all_gather_time_s, weights)
+    rs = over_groups(coll.group_all_gather_time_s, [(p * grad, g, s) for p, g, s, _ in shards])
+    ag = over_groups(coll.group_all_gather_time_s, [(p * gather, g, s) for p, g, s, _ in shards])  # 16-bit or fp8
     z, sharded = d.zero_stage, optimizer_sharded(d).to(d.tp.dtype)
     zero3_slowdown = torch.where(d.fsdp > 0, 1.0, 1.0 / eff.zero3_comm_fraction)
-    zero3 = micro_batches * (2.0 * ag + rs) * zero3_slowdown
+    zero3 = micro_batches * ((2.0 * ag + rs) * zero3_slowdown + replicas)
     if any_fsdp_unsharded(d):
         # held unsharded: one gather beside the first forward (its interference shows) and one exposed
         # scatter, as exposed time (`_evaluate_chunk` hides no more of it)
-        held = (1.0 - 1.0 / eff.overlap_compute_slowdown) * ag + rs
+        held = (1.0 - 1.0 / eff.overlap_compute_slowdown) * ag + rs + replicas
         zero3 = torch.where(fsdp_keeps_unsharded(d) > 0, held, zero3)
-    total = torch.where(z >= 3, zero3,
-                        torch.where(z >= 2, micro_batches * rs + ag, sharded * (rs + ag) + (1.0 - sharded) * ar))
+    total = torch.where(z >= 3, zero3, torch.where(z >= 2, micro_batches * rs + ag + replicas,
+                                                   sharded * (rs + ag + replicas) + (1.0 - sharded) * ar))
     distributed = (z < 2) & (d.distributed_optimizer > 0)
     return total, (torch.where(distributed, ag, 0.0) if bool(distributed.any()) else None)
 
 
 def _optimizer_time_s(d: DesignBatch, params, eff: Efficiency) -> torch.Tensor:
     """Adam over this device's (possibly sharded) parameters: a memory-bound multi-tensor kernel."""
-    opt_params = sharded_params(weight_groups(d, params), optimizer_sharded(d))
+    opt_params = sharded_params(d, weight_groups(d, params), optimizer_sharded(d))
     return memory_bound_time_s(opt_params * ADAM_BYTES_PER_PARAM, torch.full_like(d.dp, 4.0),
                                d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
 

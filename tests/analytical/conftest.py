@@ -364,6 +364,10 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
     fields["fused_expert_mlp"] = ints(0, 1)
     fields["elementwise"] = ints(0, 2)  # ELEMENTWISE_CODES
     fields["attention_kernel"] = ints(0, 1)  # ATTENTION_KERNEL_CODES
+    # HSDP on a quarter of the designs: half of an even dp, all of an odd one, now and then 3 (which may not divide
+    # dp: DP_SHARD_INVALID) (added last)
+    half = torch.where(torch.remainder(fields["dp"], 2.0) == 0, fields["dp"] / 2.0, fields["dp"])
+    fields["dp_shard"] = torch.where(ints(0, 3) == 0, torch.where(ints(0, 7) == 0, 3.0 * one_, half), zero)
     fields["rope_mscale"] = torch.where(ints(0, 3) == 0, 1.3466 * one_, one_)
     fields["num_layers"] = torch.where(cnn, one_, fields["num_layers"])
     fields["seq_length"] = torch.where(cnn, one_, fields["seq_length"])

@@ -255,3 +255,21 @@ def test_the_software_stack_is_taken_as_given():
     assert graphed.rows[0]["step_time_s"] < eager.rows[0]["step_time_s"]  # no host floor, no per-layer gaps
     with pytest.raises(SpecError, match="cuda_graph"):
         SearchOptions(cuda_graph="always").validate()
+
+
+def test_hsdp_shard_degree_is_taken_as_given():
+    """`dp_shard` comes from the options into every mapping found; data-parallel degrees it does not divide are
+    infeasible (DP_SHARD_INVALID), never found; a bad value names the field."""
+    space = enumerate_mappings(a100(), dgx(32), GPT_1P3B, 256, options=SearchOptions(dp_shard=8))
+    reasons = evaluate(space).reason
+    uneven = torch.remainder(space.dp, 8.0) != 0
+    assert bool(uneven.any()) and bool((reasons[uneven] == int(Reason.DP_SHARD_INVALID)).all())
+    found = best_mappings(a100(), dgx(32), GPT_1P3B, 256, top_k=5, options=SearchOptions(dp_shard=8))
+    assert found.mappings and all(m.dp_shard == 8 and m.dp % 8 == 0 for m in found.mappings)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(SpecError) as info:
+            SearchOptions(dp_shard=bad).validate()
+        assert info.value.field == "dp_shard"
+    with pytest.raises(SpecError) as info:
+        MappingSpec(dp_shard=-8).validate()
+    assert info.value.field == "dp_shard"

@@ -325,3 +325,31 @@ def test_hardware_presets_name_their_technologies():
     with pytest.raises(Exception) as info:
         load_preset("hardware", "a100-sxm-80gb", logic_node="N6")
     assert "logic_node" in str(info.value) and "N7" in str(info.value)
+
+
+def test_network_bytes_of_hsdp(a100, make_system, small_gpt):
+    """The distributed optimizer over dp 16 on two nodes as 2 replicas of 8-rank shard groups (dp_shard 8): the
+    gradients' reduce-scatter and the weights' all-gather stay on NVLink ((n-1)/n of each), and only the
+    replicas' all-reduce of one eighth of the fp32 gradients leaves the node (2 (n-1)/n over 2 ranks)."""
+    d = single_design(a100, make_system(16), small_gpt,
+                      MappingSpec(dp=16, distributed_optimizer=True, global_batch_size=32, dp_shard=8))
+    params = float(params_per_device(d))
+    up, out = (float(x) for x in energy.network_bytes(d, params_per_device(d)))
+    assert up == pytest.approx(16 * 7 / 8 * params * (4.0 + 2.0), rel=1e-12)
+    assert out == pytest.approx(16 * params * 4.0 / 8, rel=1e-12)
+
+
+def test_fsdp_under_a_pipeline_moves_its_weights_once_a_step(a100, make_system, small_gpt):
+    """FSDP under pp > 1 holds the gathered weights for the whole step (`memory.fsdp_keeps_unsharded`), as the
+    step time counts it: doubling the micro-batches adds only the pipeline's point-to-point bytes (a forward
+    activation and a backward gradient per micro-batch and stage boundary), no data-parallel bytes."""
+    s, h, elem, dp = 2048.0, 2048.0, 2.0, 8
+
+    def total(gbs: int) -> float:
+        mapping = MappingSpec(pp=2, dp=dp, zero_stage=3, fsdp=True, global_batch_size=gbs)
+        d = single_design(a100, make_system(16), small_gpt, mapping)
+        return sum(float(x) for x in energy.network_bytes(d, params_per_device(d)))
+
+    micro_batches = (16 / dp, 32 / dp)
+    assert total(32) - total(16) == pytest.approx(
+        2.0 * (micro_batches[1] - micro_batches[0]) * (2 - 1) * s * h * elem * dp, rel=1e-12)

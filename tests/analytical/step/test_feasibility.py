@@ -184,6 +184,8 @@ def test_every_reason_is_reachable_and_described(a100, make_system, small_gpt, r
         Reason.FUSED_JOBS_INVALID: (a100, make_system(2), small_gpt, MappingSpec(global_batch_size=64, fused_jobs=2)),
         Reason.PARAMETER_SERVER_INVALID: (a100, make_system(2), small_gpt,
                                           MappingSpec(global_batch_size=64, dp_mode="ps_sync", ps_shards=0)),
+        Reason.DP_SHARD_INVALID: (a100, system16, small_gpt,
+                                  MappingSpec(**dict(BASE_MAPPING, distributed_optimizer=True, dp_shard=3))),
     }
     # chip-derivation reasons (14-19) come from analytical.chip.derive: tests/analytical/chip/test_derive.py
     chip = range(Reason.NO_COMPUTE_UNIT, Reason.NETWORK_POWER_TOO_LOW + 1)

@@ -284,3 +284,24 @@ def test_an_eager_fp32_cross_entropy_holds_twelve_bytes_a_logit(a100, system, de
     extra = float(memory_breakdown(eager)["activations"][0] - memory_breakdown(fused)["activations"][0])
     assert extra == pytest.approx(logits * (12.0 - 6.0), rel=1e-12)
     assert float(evaluate(eager).step_time_s[0]) > float(evaluate(fused).step_time_s[0])
+
+
+def test_hsdp_shards_the_states_over_dp_shard_ranks_only(a100, make_system, design, llama7b):
+    """HSDP: dp 64 as 8 replicas of 8-rank shard groups keeps each device's weights, gradients and optimizer
+    state split 8 ways, not 64; activations and buffers are untouched; dp_shard = dp is plain sharding."""
+    dp = 64
+
+    def parts(**changes):
+        mapping = MappingSpec(zero_stage=3, fsdp=True, global_batch_size=dp, **changes)
+        return memory_breakdown(design(a100, make_system(dp), llama7b, mapping))
+
+    plain, hsdp, whole = parts(), parts(dp_shard=8), parts(dp_shard=dp)
+    p = float(params_per_device(design(a100, make_system(dp), llama7b, MappingSpec()))[0])
+    assert float(hsdp["optimizer"][0]) == pytest.approx(12 * p / 8, rel=1e-12)
+    assert float(hsdp["gradients"][0]) == pytest.approx(4 * p / 8, rel=1e-12)
+    assert float(hsdp["weights"][0]) == pytest.approx(2 * p / 8, rel=1e-12)
+    assert float(plain["optimizer"][0]) == pytest.approx(12 * p / dp, rel=1e-12)
+    for part in ("activations", "comm_buffers", "runtime_reserve"):
+        assert torch.equal(hsdp[part], plain[part]), part
+    for part in MEMORY_PARTS:
+        assert torch.equal(whole[part], plain[part]), part

@@ -414,3 +414,51 @@ def test_gradients_reduced_in_bf16_halve_the_data_parallel_bytes(h100, make_syst
     ratio = bf16.row(0)["breakdown"]["dp_comm"] / fp32.row(0)["breakdown"]["dp_comm"]
     assert 0.5 <= ratio < 0.55  # bandwidth-bound: half the bytes, the same latency terms
     assert float(bf16.energy_j[0]) < float(fp32.energy_j[0])
+
+
+def test_hsdp_data_parallel_time_is_its_shard_collectives_and_the_replicas_all_reduce(a100, make_system, small_gpt):
+    """The distributed optimizer over dp 16 on two 8-GPU nodes as 2 replicas of 8-rank shard groups (dp_shard 8):
+    the gradients' reduce-scatter and the weights' all-gather run inside each node, and the two replicas
+    all-reduce one eighth of the gradients across the nodes (stride 8), once a step. Exposed as a whole
+    (no overlap): the closed form from the placed collectives."""
+    from analytical.step import collectives as coll
+    from analytical.step.memo import memoizing
+    from analytical.step.memory import params_per_device
+    from analytical.step.efficiency import DEFAULT_EFFICIENCY
+    from analytical.step.model import _links
+
+    mapping = MappingSpec(dp=16, distributed_optimizer=True, global_batch_size=32, dp_shard=8)
+    d = single_design(a100, make_system(16), small_gpt, mapping)
+    links = _links(memoizing(d), DEFAULT_EFFICIENCY)
+    grads = params_per_device(d) * 4.0  # fp32 main gradients
+    one = torch.ones(1, dtype=torch.float64)
+    expected = (coll.group_all_gather_time_s(grads, 8 * one, one, d.scale_up_domain, *links)  # reduce-scatter
+                + coll.group_all_gather_time_s(grads / 2.0, 8 * one, one, d.scale_up_domain, *links)  # bf16 weights
+                + coll.group_all_reduce_time_s(grads / 8.0, 2 * one, 8 * one, d.scale_up_domain, *links))
+    hsdp = evaluate(d)
+    assert float(hsdp.time_breakdown_s["dp_comm"][0]) == pytest.approx(float(expected[0]), rel=1e-12)
+    # dp_shard = dp is the plain distributed optimizer, every output identical
+    plain, whole = (evaluate(single_design(a100, make_system(16), small_gpt, dataclasses.replace(mapping, dp_shard=s)))
+                    for s in (0, 16))
+    for name in TIME_PARTS:
+        assert torch.equal(plain.time_breakdown_s[name], whole.time_breakdown_s[name]), name
+    assert torch.equal(plain.energy_j, whole.energy_j) and torch.equal(plain.memory_per_device_bytes,
+                                                                       whole.memory_per_device_bytes)
+
+
+def test_hsdp_keeps_fsdp_gathers_inside_the_node(a100, make_system, small_gpt):
+    """FSDP over dp 64 on eight nodes gathers and scatters weights across the nodes every micro-batch; with
+    8-rank shard groups inside each node (dp_shard 8) those stay on NVLink and only the replicas' all-reduce
+    of one eighth of the gradients crosses: less data-parallel time, for more weight and state memory and a
+    longer optimizer step over the bigger shard."""
+    def run(**changes):
+        mapping = MappingSpec(dp=64, zero_stage=3, fsdp=True, global_batch_size=256, **changes)
+        return evaluate(single_design(a100, make_system(64), small_gpt, mapping))
+
+    plain, hsdp = run(), run(dp_shard=8)
+    assert bool(plain.feasible[0]) and bool(hsdp.feasible[0])
+    assert float(hsdp.time_breakdown_s["dp_comm"][0]) < float(plain.time_breakdown_s["dp_comm"][0])
+    launches = 4.0 * float(single_design(a100, make_system(64), small_gpt, MappingSpec()).kernel_launch_s[0])
+    hsdp_adam, plain_adam = (float(r.time_breakdown_s["optimizer"][0]) - launches for r in (hsdp, plain))
+    assert hsdp_adam == pytest.approx(8.0 * plain_adam, rel=1e-9)  # Adam over 8 times the parameters
+    assert float(hsdp.memory_per_device_bytes[0]) > float(plain.memory_per_device_bytes[0])
