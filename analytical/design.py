@@ -120,6 +120,8 @@ class DesignBatch:
     overlap_pp_comm: torch.Tensor
     overlap_ep_comm: torch.Tensor
     ep_dispatcher: torch.Tensor  # EP_DISPATCHER_CODES
+    moe_capacity_factor: torch.Tensor  # 0: dropless
+    moe_pad_to_capacity: torch.Tensor
     offload_layers: torch.Tensor
     fused_jobs: torch.Tensor
     dp_mode: torch.Tensor  # DP_MODE_CODES

@@ -67,7 +67,8 @@ MAPPING_FIELDS = ("tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "micr
 ZERO_CONFIGS = ((0, 0), (0, 1), (1, 0), (2, 0), (3, 0))
 # MappingSpec fields a search takes as given, through the SearchOptions fields of the same names
 STACK_FIELDS = ("cuda_graph", "fp8_attention", "fp8_param_gather", "grad_reduce_in_fp32", "fused_cross_entropy",
-                "fused_expert_mlp", "elementwise", "attention_kernel", "dp_shard")
+                "fused_expert_mlp", "elementwise", "attention_kernel", "dp_shard", "moe_capacity_factor",
+                "moe_pad_to_capacity")
 EQUIVALENT_ZERO_CONFIGS = {(1, 0): (0, 1)}
 
 
@@ -95,6 +96,8 @@ class SearchOptions:
     attention_kernel: str = MappingSpec.attention_kernel
     # HSDP's shard degree, as given: data-parallel degrees it does not divide are infeasible (DP_SHARD_INVALID)
     dp_shard: int = MappingSpec.dp_shard
+    moe_capacity_factor: float = MappingSpec.moe_capacity_factor  # token dropping, as given
+    moe_pad_to_capacity: bool = MappingSpec.moe_pad_to_capacity
     max_micro_batch_size: int = 16
     max_vp: int = 8
     all_divisors: bool = False  # micro-batch and vp: every integer up to the cap, not powers of two
@@ -316,7 +319,8 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
         fp8_param_gather=flag("fp8_param_gather"), cuda_graph=CUDA_GRAPHS[num("cuda_graph")],
         fp8_attention=flag("fp8_attention"), fused_expert_mlp=flag("fused_expert_mlp"),
         elementwise=ELEMENTWISE[num("elementwise")], attention_kernel=ATTENTION_KERNELS[num("attention_kernel")],
-        dp_shard=num("dp_shard"))
+        dp_shard=num("dp_shard"), moe_capacity_factor=float(batch.moe_capacity_factor[i]),
+        moe_pad_to_capacity=flag("moe_pad_to_capacity"))
     return mapping.validate()
 
 

@@ -53,7 +53,7 @@ DP_MODES = ("allreduce", "ps_sync", "ps_async")
 # `fused` kernels (Megatron-Core / Transformer Engine, or torch.compile); `eager`: the PyTorch ops of torchtitan's
 # Llama block without torch.compile; `eager_fused_norm` with its Triton `fused_rmsnorm` (its 2024-04 default)
 ELEMENTWISE = ("fused", "eager", "eager_fused_norm")
-# Fused attention kernel (analytical.step.workload.attention_peak): `native`, the generation's own (Transformer Engine's
+# Fused attention kernel (analytical.step.kernels.attention_peak): `native`, the generation's own (Transformer Engine's
 # cuDNN kernels, FlashAttention-3 on Hopper); `fa2`, FlashAttention-2 on Ampere's instructions (PyTorch SDPA's flash)
 ATTENTION_KERNELS = ("native", "fa2")
 
@@ -106,8 +106,8 @@ class AcceleratorSpec:
     peak_tflops_fp8: float = 0.0
     peak_tflops_fp4: float = 0.0  # dense NVFP4 (Blackwell); 0 on chips without fp4 tensor cores
     compute_units: int = 1  # SMs (NVIDIA) or TensorCores (TPU)
-    # exponentials per second of the special-function units (NVIDIA MUFU.EX2, 10^12/s): the softmax of a
-    # fused attention kernel runs on them between its two matmuls; 0 = not modelled (no such term)
+    # exponentials per second of the special-function units (NVIDIA MUFU.EX2, 10^12/s): the softmax of a fused
+    # attention kernel runs on them between its two matmuls; 0 = not modelled (no such term)
     peak_tera_exp_per_s: float = 0.0
     sram_mib: float = 0.0  # last-level on-chip SRAM (L2 / CMEM)
     sram_bw_tb_per_s: float = 0.0
@@ -121,9 +121,8 @@ class AcceleratorSpec:
     tdp_w: float = 0.0  # device power budget; 0 = none (the energy model then flags nothing)
     # a power limit set below the TDP (nvidia-smi -pl): slows the clock (analytical.power_cap); None = TDP
     power_limit_w: Optional[float] = None
-    # technology (energy model, analytical/step/energy.py): names of rows of analytical/chip/technology.py; the
-    # defaults are A100's. static_power_w overrides the node's leakage (analytical.chip.silicon: its static
-    # share of the compute units' power at peak, nominal V) when set.
+    # technology (energy model, analytical/step/energy.py): rows of analytical/chip/technology.py, A100's by default;
+    # static_power_w, when set, overrides the node's leakage (analytical.chip.silicon's share of peak power, nominal V)
     logic_node: str = "N7"
     memory_technology: str = "HBM2e"
     scale_up_link: str = "NVLink3"
@@ -143,14 +142,13 @@ class AcceleratorSpec:
             _check_positive(spec, self, ("static_power_w",), allow_zero=True)
         if self.power_limit_w is not None:
             _check_positive(spec, self, ("power_limit_w",))
-        _check_positive(spec, self, ("peak_tflops_fp32", "peak_tflops_tf32", "peak_tflops_fp16",
-                                     "peak_tflops_bf16", "peak_tflops_fp8", "peak_tflops_fp4", "kernel_launch_us", "tdp_w",
-                                     "scale_out_gbit_per_s", "peak_tera_exp_per_s"), allow_zero=True)
+        peaks = tuple(f"peak_tflops_{f}" for f in PEAK_FORMATS)
+        _check_positive(spec, self, peaks + ("kernel_launch_us", "tdp_w", "scale_out_gbit_per_s",
+                                             "peak_tera_exp_per_s"), allow_zero=True)
         _check_positive(spec, self, ("sram_mib", "sram_bw_tb_per_s", "hbm_gib", "hbm_bw_gb_per_s",
                                      "scale_up_bw_gb_per_s"))
         _check_int(spec, self, ("compute_units", "tile_m", "tile_n"))
-        if max(self.peak_tflops_fp32, self.peak_tflops_tf32, self.peak_tflops_fp16,
-               self.peak_tflops_bf16, self.peak_tflops_fp8, self.peak_tflops_fp4) <= 0:
+        if max(getattr(self, name) for name in peaks) <= 0:
             raise SpecError(spec, "peak_tflops_*", 0, "at least one precision with a peak > 0")
         return self
 
@@ -168,9 +166,8 @@ class SystemSpec:
     scale_up_latency_us: float = 2.0
     scale_out_latency_us: float = 5.0
     oversubscription: float = 1.0  # fat-tree taper above the leaf switches (1 = full bisection)
-    # parameter servers (mapping.dp_mode ps_*): machines outside the accelerators' nodes (BytePS's CPU
-    # machines, DistBelief's parameter server shards), each with this NIC and summing gradients at
-    # this rate (0: sums as fast as its NIC delivers them)
+    # parameter servers (mapping.dp_mode ps_*): machines outside the accelerators' nodes (BytePS's CPU machines,
+    # DistBelief's shards), each with this NIC and summing gradients at this rate (0: as fast as its NIC delivers)
     ps_server_gbit: float = 100.0
     ps_server_sum_gb_per_s: float = 0.0
     # spread of a worker's step time (standard deviation / mean) from noise the model does not
@@ -342,9 +339,8 @@ class MappingSpec:
     global_batch_size: int = 1
     recompute: str = "none"
     zero_stage: int = 0
-    # ZeRO-3 as PyTorch FSDP2 / Megatron-FSDP run it (whole-block all-gathers prefetched one block
-    # ahead, reduce-scatters overlapped with the next block's backward) rather than DeepSpeed 2021's
-    # per-module collectives; needs zero_stage 3
+    # ZeRO-3 as PyTorch FSDP2 / Megatron-FSDP run it (whole-block all-gathers prefetched one block ahead, reduce-
+    # scatters overlapped with the next block's backward), not DeepSpeed 2021's per-module ones; needs zero_stage 3
     fsdp: bool = False
     # HSDP: the sharded states (ZeRO >= 1, the distributed optimizer, FSDP) split over dp_shard x cp ranks,
     # dp / dp_shard replicas all-reducing the shard's gradients (torchtitan data_parallel_shard_degree with
@@ -355,19 +351,25 @@ class MappingSpec:
     flash_attention: bool = True
     overlap_dp_comm: bool = False
     overlap_tp_comm: bool = False
-    # pipeline sends and receives of the steady 1F1B phase overlapped with compute (Megatron-Core's
-    # overlap_p2p_comm, with interleaving): only the fill and flush transfers stay exposed
+    # pipeline sends and receives of the steady 1F1B phase overlapped with compute (Megatron-Core's overlap_p2p_comm,
+    # with interleaving): only the fill and flush transfers stay exposed
     overlap_pp_comm: bool = False
     # the expert-parallel dispatch and combine of one micro-batch run beside the compute of another
     # (Megatron-Core overlap_moe_expert_parallel_comm, "1F1B A2A overlap"; not with full recompute)
     overlap_ep_comm: bool = False
     ep_dispatcher: str = "alltoall"  # one of EP_DISPATCHERS
+    # MoE token dropping (Megatron-Core moe_expert_capacity_factor): an expert takes at most this factor times its
+    # balanced share of tokens (routing is balanced here: below 1 drops, 1 or more keeps all); 0: dropless. Padded
+    # (moe_pad_expert_input_to_capacity): each expert computes and receives its whole capacity in static shapes (no
+    # host-device sync in the dispatcher); not with the deepep dispatcher (Megatron-Core refuses it)
+    moe_capacity_factor: float = 0.0
+    moe_pad_to_capacity: bool = False
     cuda_graph: str = "none"  # one of CUDA_GRAPHS
-    # layers of each pipeline stage whose activations wait in host memory between the forward and
-    # backward passes (Megatron-Core cpu_offloading_num_layers); their copies overlap compute
+    # layers of each pipeline stage whose activations wait in host memory between the forward and backward passes
+    # (Megatron-Core cpu_offloading_num_layers); their copies overlap compute
     offload_layers: int = 0
-    # independent single-device jobs of the same model fused into one (HFTA, Wang et al. MLSys 2021):
-    # each operator of the B jobs runs as one batched kernel; 1 = one job
+    # independent single-device jobs of one model fused (HFTA, Wang et al. MLSys 2021): each operator of the B jobs
+    # runs as one batched kernel; 1 = one job
     fused_jobs: int = 1
     dp_mode: str = "allreduce"  # one of DP_MODES
     ps_shards: int = 0  # parameter-server shards (one per server machine) for dp_mode ps_*
@@ -376,17 +378,17 @@ class MappingSpec:
     # vocab-parallel cross entropy); false: PyTorch's eager F.cross_entropy on logits.float() (torchtitan before it
     # compiled the loss, 2025-04), whose backward holds three fp32 copies: saved log-softmax, its gradient, result
     fused_cross_entropy: bool = True
-    # with recompute=full, the layers of each pipeline stage that are recomputed, the others keeping
-    # all their activations (Megatron recompute_method=block with recompute_num_layers; torchtitan's
-    # selective_ac_option k checkpoints every k-th block: num_layers / k); 0: every layer
+    # with recompute=full, the layers of each pipeline stage that are recomputed, the others keeping all their
+    # activations (Megatron recompute_method=block, recompute_num_layers; torchtitan's selective_ac_option k
+    # checkpoints every k-th block: num_layers / k); 0: every layer
     recompute_layers: int = 0
     # 16-bit training keeps fp32 main gradients and reduces them in fp32 (Megatron-LM forces accumulate_allreduce_
     # grads_in_fp32 with --bf16, arguments.py; FSDP2's reduce_dtype float32 in torchtitan); false: gradients accumulate
     # and reduce in the 16-bit parameter dtype, 2 bytes a parameter (Megatron-Bridge's perf recipes set it False)
     grad_reduce_in_fp32: bool = True
-    # expert tensor parallelism: the experts' weights split over etp ranks instead of tp (Megatron-Core
-    # expert_tensor_parallel_size; Megatron-Bridge's MoE perf recipes set 1, so with tp > 1 each
-    # expert is whole on a rank and the ep group spans the tp ranks); 0: etp = tp (Megatron's default)
+    # expert tensor parallelism: the experts' weights split over etp ranks instead of tp (Megatron-Core expert_tensor_
+    # parallel_size; Megatron-Bridge's MoE perf recipes set 1: with tp > 1 each expert is whole on a rank and the ep
+    # group spans the tp ranks); 0: etp = tp (Megatron's default)
     etp: int = 0
     # fp8 primary weights (Megatron `fp8_param_gather`, Transformer Engine fp8 parameters): under per-tensor fp8
     # (`precision: fp8`) the compute weights exist only in fp8, cast from the fp32 master weights, and the distributed
@@ -394,14 +396,12 @@ class MappingSpec:
     # (Megatron-Core MoE README, FP8 training: "Eliminate BF16 weight copies", "50% parameter all-gather", "except
     # MXFP8"). No effect on other precisions or under FSDP (ZeRO-3: NeMo v2.3.0 turns it off with Megatron-FSDP)
     fp8_param_gather: bool = False
-    # fp8 attention (Megatron `fp8_dot_product_attention`, Transformer Engine's cuDNN FP8 fused
-    # attention): under a narrow precision the fused attention kernel's matmuls run at the fp8 peak
-    # instead of the 16-bit one. No effect under 16-bit precisions or with unfused attention
+    # fp8 attention (Megatron `fp8_dot_product_attention`, Transformer Engine's cuDNN FP8 fused attention): under a
+    # narrow precision the fused attention's matmuls run at the fp8 peak. No effect in 16 bits or unfused
     fp8_attention: bool = False
-    # the experts' MLP as one fused kernel chain (Megatron-Core's cuteDSL fused grouped MLP, which
-    # Megatron-Bridge turns on with `cutedsl_fused_grouped_mlp` / `use_transformer_engine_op_fuser`):
-    # the activation's clamp (`ModelSpec.activation_clamp`) and the experts' weighted output bias run
-    # inside it. Without it Megatron-Core runs both as eager PyTorch ops (`analytical.step.eager_ops`)
+    # the experts' MLP as one fused kernel chain (Megatron-Core's cuteDSL fused grouped MLP; Megatron-Bridge's
+    # `cutedsl_fused_grouped_mlp` / `use_transformer_engine_op_fuser`): the activation's clamp (`ModelSpec.
+    # activation_clamp`) and the experts' weighted output bias run inside it, else as eager ops (`step.eager_ops`)
     fused_expert_mlp: bool = False
     elementwise: str = "fused"  # one of ELEMENTWISE
     attention_kernel: str = "native"  # one of ATTENTION_KERNELS
@@ -418,26 +418,26 @@ class MappingSpec:
             raise SpecError(spec, "zero_stage", self.zero_stage, "0, 1, 2 or 3")
         if self.fsdp and self.zero_stage != 3:
             raise SpecError(spec, "fsdp", self.fsdp, "false unless zero_stage is 3 (FSDP shards weights)")
-        _check_choice(spec, self, "recompute", RECOMPUTE)
-        _check_choice(spec, self, "precision", PRECISIONS)
-        _check_choice(spec, self, "ep_dispatcher", EP_DISPATCHERS)
-        _check_choice(spec, self, "cuda_graph", CUDA_GRAPHS)
-        _check_choice(spec, self, "dp_mode", DP_MODES)
-        _check_choice(spec, self, "elementwise", ELEMENTWISE)
-        _check_choice(spec, self, "attention_kernel", ATTENTION_KERNELS)
+        for name, choices in (("recompute", RECOMPUTE), ("precision", PRECISIONS), ("ep_dispatcher", EP_DISPATCHERS),
+                              ("cuda_graph", CUDA_GRAPHS), ("dp_mode", DP_MODES), ("elementwise", ELEMENTWISE),
+                              ("attention_kernel", ATTENTION_KERNELS)):
+            _check_choice(spec, self, name, choices)
         _check_int(spec, self, ("ps_shards", "staleness"), minimum=0)
+        _check_positive(spec, self, ("moe_capacity_factor",), allow_zero=True)
+        if self.moe_pad_to_capacity and (self.moe_capacity_factor == 0 or self.ep_dispatcher == "deepep"):
+            raise SpecError(spec, "moe_pad_to_capacity", self.moe_pad_to_capacity,
+                            "false unless moe_capacity_factor > 0 and ep_dispatcher is not deepep")
         if self.staleness and self.dp_mode != "ps_sync":
             raise SpecError(spec, "staleness", self.staleness,
                             "0 unless dp_mode is ps_sync (ps_async has no bound, allreduce no slack)")
         _check_bool(spec, self, ("sequence_parallel", "fsdp", "distributed_optimizer", "flash_attention",
                                  "overlap_dp_comm", "overlap_tp_comm", "overlap_pp_comm", "overlap_ep_comm",
                                  "fused_cross_entropy", "grad_reduce_in_fp32", "fp8_param_gather",
-                                 "fp8_attention", "fused_expert_mlp"))
+                                 "fp8_attention", "fused_expert_mlp", "moe_pad_to_capacity"))
         if self.overlap_ep_comm and self.recompute == "full":
-            raise SpecError(spec, "overlap_ep_comm", self.overlap_ep_comm,
-                            "false with recompute=full (Megatron-Core's expert-parallel overlap schedules "
-                            "the forward and backward of two micro-batches together, which full "
-                            "recomputation breaks)")
+            raise SpecError(spec, "overlap_ep_comm", self.overlap_ep_comm, "false with recompute=full (Megatron-Core's "
+                            "expert-parallel overlap schedules the forward and backward of two micro-batches "
+                            "together, which full recomputation breaks)")
         return self
 
 

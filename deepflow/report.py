@@ -32,6 +32,8 @@ def design_line(accelerator, system, model, mapping) -> str:
             + (" fsdp=1" if mapping.fsdp else "")
             + (f" ep_dispatcher={mapping.ep_dispatcher}" if mapping.ep_dispatcher != "alltoall" else "")
             + (" overlap_ep=1" if mapping.overlap_ep_comm else "")
+            + (f" moe_capacity_factor={mapping.moe_capacity_factor:g}" if mapping.moe_capacity_factor else "")
+            + (" moe_pad_to_capacity=1" if mapping.moe_pad_to_capacity else "")
             + (f" offload_layers={mapping.offload_layers}" if mapping.offload_layers else "")
             + (f" dp_shard={mapping.dp_shard}" if mapping.dp_shard else "")
             + (f" fused_jobs={mapping.fused_jobs}" if mapping.fused_jobs > 1 else "")

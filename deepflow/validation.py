@@ -133,6 +133,8 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
                           offload_layers=int(_opt(row, "offload_layers", 0)),
                           dp_shard=int(_opt(row, "dp_shard", 0)),
                           ep_dispatcher=str(_opt(row, "ep_dispatcher", "alltoall")),
+                          moe_capacity_factor=float(_opt(row, "moe_capacity_factor", 0.0)),
+                          moe_pad_to_capacity=bool(int(_opt(row, "moe_pad_to_capacity", 0))),
                           cuda_graph=str(_opt(row, "cuda_graph", "none")),
                           fused_cross_entropy=bool(int(_opt(row, "fused_cross_entropy", 1))),
                           recompute_layers=int(_opt(row, "recompute_layers", 0)),

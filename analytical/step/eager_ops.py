@@ -77,6 +77,7 @@ from analytical.step.workload import (
     is_swiglu,
     local_tokens,
     mlp_width,
+    routed_copies,
 )
 
 CLAMP_PASSES = (4.0, 5.0)  # (forward, backward) reads and writes of the up-projection's output
@@ -195,7 +196,7 @@ def eager_ops(d: DesignBatch) -> EagerOps:
         return EagerOps(zero, zero, zero, zero, zero)
     elem = activation_bytes_per_element(d)
     up_out = clamped * elem * 2.0 * local_tokens(d) * mlp_width(d) / d.tp  # gate and linear halves
-    experts_out = biased * elem * local_tokens(d) * d.top_k * d.hidden_size
+    experts_out = biased * elem * local_tokens(d) * routed_copies(d) * d.hidden_size
     local_experts = d.num_experts / torch.clamp_min(d.ep, 1.0)
     ops = EagerOps(
         forward_bytes=CLAMP_PASSES[0] * up_out + BIAS_PASSES[0] * experts_out,

@@ -43,7 +43,7 @@ class Efficiency:
     # Dao 2023, arXiv 2307.08691, Fig. 5): 0.55 of peak. Fitted (0.454, with the narrow fraction above),
     # for the generation's own kernel's matmuls only: its softmax exponentials are timed apart at the
     # special-function units' rate (`kernels.softmax_exp_time_s`, `peak_tera_exp_per_s`), and a
-    # FlashAttention-2 kernel on a newer GPU runs at a share of it (`workload.FA2_SHARE_ON_NEWER_GPUS`).
+    # FlashAttention-2 kernel on a newer GPU runs at a share of it (`kernels.FA2_SHARE_ON_NEWER_GPUS`).
     # Before torchtitan's H100 rows were typed with that kernel the fit held it at 0.272.
     flash_attention_fraction: float = 0.4541
     # Fraction of link bandwidth collectives reach as bus bandwidth (NCCL tests on DGX A100:

@@ -58,6 +58,7 @@ from analytical.step.workload import (
     logit_gemm_flops,
     memory_bound_bytes_per_layer,
     mlp_tp,
+    routed_copies,
     slot_sum,
 )
 
@@ -339,10 +340,10 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     moe = is_moe(d) * transformer
     sp_div = torch.where(d.sequence_parallel > 0, d.tp, torch.ones_like(d.tp))  # as analytical.step.model
     token_bytes = tokens * d.hidden_size * elem * moe / sp_div
-    ep = all_to_all_link_bytes(token_bytes * d.top_k, d.ep, expert_tp(d), domain)
+    ep = all_to_all_link_bytes(token_bytes * routed_copies(d), d.ep, expert_tp(d), domain)
     if bool((d.ep_dispatcher > 0).any()):  # (skipped where no design deduplicates its dispatch)
-        dedup = dispatch_link_bytes(token_bytes, d.top_k, d.moe_router_num_groups, d.moe_router_group_topk,
-                                    d.ep, expert_tp(d), domain)
+        dedup = dispatch_link_bytes(token_bytes * routed_copies(d) / d.top_k, d.top_k, d.moe_router_num_groups,
+                                    d.moe_router_group_topk, d.ep, expert_tp(d), domain)
         ep = tuple(torch.where(d.ep_dispatcher > 0, x, y) for x, y in zip(dedup, ep))
     counts = {"tp": 4.0 + 2.0 * full, "cp": 3.0 + full, "ep": 4.0 + 2.0 * full}  # fwd + bwd (+ recompute)
     if op_recompute(d) is not None:  # per-op checkpointing gathers the tp input again (half the forward)

@@ -1,4 +1,4 @@
-"""Kernel time models: GEMMs on tensor cores, memory-bound kernels, fused attention.
+"""Kernel time models: GEMMs on tensor cores, memory-bound kernels, fused attention (and its kernel's peak).
 
 All functions broadcast: per-design parameters have shape `(batch, 1)` and kernel shapes
 `(batch, kernels)`; the result has the kernel shape. Times in seconds.
@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import torch
 
+from analytical.codes import ATTENTION_KERNEL_CODES
+from analytical.design import DesignBatch
 from analytical.step.efficiency import Efficiency
+from analytical.step.workload import is_narrow
 
 
 def ceil_div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -143,3 +146,31 @@ def host_wait_s(forward_s: torch.Tensor, backward_s: torch.Tensor, moe: torch.Te
     pair = torch.relu(2.0 * floor - forward_s - backward_s)
     wait_fwd, wait_bwd = torch.relu(floor - forward_s), torch.relu(floor - backward_s)
     return torch.where(merged > 0, 0.0, wait_fwd), torch.where(merged > 0, pair, wait_bwd)
+
+
+# FlashAttention-2 is written for Ampere's tensor-core instructions (mma.sync); on Hopper it cannot use
+# the asynchronous wgmma / TMA path the generation's own kernels are built on. Measured in PyTorch itself
+# (pytorch/pytorch#142132, nightly 2.6.0.dev20241204, H100, batch 1, 24 heads, sequence 4608, head dim
+# 128): SDPA's default (FlashAttention-2) backend 329.483 TFLOP/s, its cuDNN backend 631.338. An `fa2`
+# kernel's matmuls run at that ratio (0.52) of the generation's own kernel's on a chip newer than
+# Ampere, taken as one with an fp8 peak (Ampere and older have none; the ratio is assumed on Blackwell
+# too). The FlashAttention-3 paper's utilizations agree: FlashAttention-2 "only 35%" on H100, FlashAttention-3
+# "up to ... 75%" (Shah et al. 2024, arXiv 2407.08608, abstract): 0.47.
+FA2_SHARE_ON_NEWER_GPUS = 329.483 / 631.338
+
+
+def sixteen_bit_peak(d: DesignBatch, peak: torch.Tensor) -> torch.Tensor:
+    """Peak of the kernels that stay 16-bit under narrow-format training (fused attention, the
+    output layer; Transformer Engine's default recipes): bf16's where the chip has it, else the
+    precision's own."""
+    return torch.where((is_narrow(d) > 0) & (d.peak_bf16_flops_per_s > 0), d.peak_bf16_flops_per_s, peak)
+
+
+def attention_peak(d: DesignBatch, peak: torch.Tensor) -> torch.Tensor:
+    """Peak of the fused attention kernel's matmuls: fp8's under a narrow precision with
+    `fp8_attention` (where the chip has fp8), else `sixteen_bit_peak`; an `fa2` kernel runs in 16 bits,
+    at `FA2_SHARE_ON_NEWER_GPUS` of it on a chip newer than Ampere (one with an fp8 peak)."""
+    fa2 = d.attention_kernel == ATTENTION_KERNEL_CODES["fa2"]
+    fp8 = (d.fp8_attention > 0) & (is_narrow(d) > 0) & (d.peak_fp8_flops_per_s > 0) & ~fa2
+    base = torch.where(fp8, d.peak_fp8_flops_per_s, sixteen_bit_peak(d, peak))
+    return torch.where(fa2 & (d.peak_fp8_flops_per_s > 0), FA2_SHARE_ON_NEWER_GPUS * base, base)

@@ -30,18 +30,18 @@ from analytical.step.attention import any_mla, attention_width, head_dim, is_mla
 from analytical.step.eager_ops import eager_ops
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
-from analytical.step.kernels import (flash_attention_time_s, gemm_time_s, host_wait_s, memory_bound_time_s,
-                                     softmax_exp_time_s)
+from analytical.step.kernels import (attention_peak, flash_attention_time_s, gemm_time_s, host_wait_s,
+                                     memory_bound_time_s, sixteen_bit_peak, softmax_exp_time_s)
 from analytical.step.memo import memoizing
 from analytical.step.memory import (any_fsdp_unsharded, eager_cross_entropy, fsdp_keeps_unsharded,
                                     full_recompute_share, grad_bytes_per_param, hsdp_replicas, memory_breakdown,
                                     op_recompute, optimizer_sharded, param_gather_bytes_per_param, params_per_device,
                                     recomputed_module_bytes, shard_groups, sharded_params, weight_groups)
 from analytical.step.workload import (GEMM_SLOTS, activation_bytes_per_element, any_expert_tp, any_parameter_server,
-                                      attention_core_flops, attention_peak, attention_score_elements, expert_tp,
+                                      attention_core_flops, attention_score_elements, expert_tp,
                                       fuse_jobs, gemm_bytes_per_element, is_kind, is_moe, is_narrow,
                                       layer_forward_flops_per_sequence, layer_gemms, local_tokens, logit_gemm_flops,
-                                      memory_bound_bytes_per_layer, mlp_tp, model_flops_per_step, sixteen_bit_peak,
+                                      memory_bound_bytes_per_layer, mlp_tp, model_flops_per_step, routed_copies,
                                       slot_sum, stage_layers)
 
 TIME_PARTS = ("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm",
@@ -222,10 +222,10 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
     sp_div = torch.where(d.sequence_parallel > 0, d.tp, torch.ones_like(d.tp))
     token_bytes = tokens * d.hidden_size * elem / sp_div
     # the ep group: ranks etp apart (Megatron-Core's expert grid, tp-ep-dp-pp with etp in tp's place)
-    ep_a2a = _on_group(coll.group_all_to_all_time_s, d, links, token_bytes * d.top_k, d.ep, expert_tp(d))
+    ep_a2a = _on_group(coll.group_all_to_all_time_s, d, links, token_bytes * routed_copies(d), d.ep, expert_tp(d))
     if bool((d.ep_dispatcher > 0).any()):  # (skipped where no design of the chunk deduplicates)
-        dedup = coll.group_dispatch_time_s(token_bytes, d.top_k, d.moe_router_num_groups, d.moe_router_group_topk,
-                                           d.ep, expert_tp(d), d.scale_up_domain, *links)
+        dedup = coll.group_dispatch_time_s(token_bytes * routed_copies(d) / d.top_k, d.top_k, d.moe_router_num_groups,
+                                           d.moe_router_group_topk, d.ep, expert_tp(d), d.scale_up_domain, *links)
         ep_a2a = torch.where(d.ep_dispatcher > 0, dedup, ep_a2a)
     ep_a2a = ep_a2a * moe
     tp_fwd = _exposed(tp_pair, tp_hide * layer.fwd_slots[..., TP_OVERLAP_SLOTS].sum(-1), eff)
@@ -339,7 +339,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     if eff.moe_layer_host_s != 0.0 and bool(is_moe(d).any()):  # MoE layer passes waiting on the host
         wait_fwd, wait_bwd = host_wait_s(layer.forward + comm["tp_fwd"] + comm["cp_fwd"] + comm["ep_fwd"],
                                          layer.backward + comm["tp_bwd"] + comm["cp_bwd"] + comm["ep_bwd"],
-                                         is_moe(d), _eager(d), d.overlap_ep_comm, eff)
+                                         is_moe(d) * (1.0 - d.moe_pad_to_capacity), _eager(d), d.overlap_ep_comm, eff)
         layer.forward, layer.backward = layer.forward + wait_fwd, layer.backward + wait_bwd
 
     selective = (d.recompute == RECOMPUTE_CODES["selective"]).to(peak.dtype)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from analytical.codes import ATTENTION_KERNEL_CODES, FFN_CODES, KIND_CODES, PRECISION_CODES
+from analytical.codes import FFN_CODES, KIND_CODES, PRECISION_CODES
 from analytical.design import DesignBatch
 from analytical.step.attention import (attention_out_width, attention_params, attention_width, head_dim,
                                        qk_head_dim, qkv_projection_width, value_head_dim)
@@ -51,34 +51,6 @@ def is_narrow(d: DesignBatch) -> torch.Tensor:
     """1 where the GEMMs run in an 8- or 4-bit format (fp8, mxfp8, nvfp4) with 16-bit activations
     between them (Transformer Engine's recipes), 0 for fp32/tf32/fp16/bf16."""
     return (d.precision >= PRECISION_CODES["fp8"]).to(d.precision.dtype)
-
-
-# FlashAttention-2 is written for Ampere's tensor-core instructions (mma.sync); on Hopper it cannot use
-# the asynchronous wgmma / TMA path the generation's own kernels are built on. Measured in PyTorch itself
-# (pytorch/pytorch#142132, nightly 2.6.0.dev20241204, H100, batch 1, 24 heads, sequence 4608, head dim
-# 128): SDPA's default (FlashAttention-2) backend 329.483 TFLOP/s, its cuDNN backend 631.338. An `fa2`
-# kernel's matmuls run at that ratio (0.52) of the generation's own kernel's on a chip newer than
-# Ampere, taken as one with an fp8 peak (Ampere and older have none; the ratio is assumed on Blackwell
-# too). The FlashAttention-3 paper's utilizations agree: FlashAttention-2 "only 35%" on H100, FlashAttention-3
-# "up to ... 75%" (Shah et al. 2024, arXiv 2407.08608, abstract): 0.47.
-FA2_SHARE_ON_NEWER_GPUS = 329.483 / 631.338
-
-
-def sixteen_bit_peak(d: DesignBatch, peak: torch.Tensor) -> torch.Tensor:
-    """Peak of the kernels that stay 16-bit under narrow-format training (fused attention, the
-    output layer; Transformer Engine's default recipes): bf16's where the chip has it, else the
-    precision's own."""
-    return torch.where((is_narrow(d) > 0) & (d.peak_bf16_flops_per_s > 0), d.peak_bf16_flops_per_s, peak)
-
-
-def attention_peak(d: DesignBatch, peak: torch.Tensor) -> torch.Tensor:
-    """Peak of the fused attention kernel's matmuls: fp8's under a narrow precision with
-    `fp8_attention` (where the chip has fp8), else `sixteen_bit_peak`; an `fa2` kernel runs in 16 bits,
-    at `FA2_SHARE_ON_NEWER_GPUS` of it on a chip newer than Ampere (one with an fp8 peak)."""
-    fa2 = d.attention_kernel == ATTENTION_KERNEL_CODES["fa2"]
-    fp8 = (d.fp8_attention > 0) & (is_narrow(d) > 0) & (d.peak_fp8_flops_per_s > 0) & ~fa2
-    base = torch.where(fp8, d.peak_fp8_flops_per_s, sixteen_bit_peak(d, peak))
-    return torch.where(fa2 & (d.peak_fp8_flops_per_s > 0), FA2_SHARE_ON_NEWER_GPUS * base, base)
 
 
 @per_evaluation
@@ -153,10 +125,21 @@ def expert_width(d: DesignBatch) -> torch.Tensor:
 
 
 @per_evaluation
+def routed_copies(d: DesignBatch) -> torch.Tensor:
+    """Copies of a token the routed experts compute and the dispatcher moves, `(batch,)`: top_k dropless
+    (`moe_capacity_factor` 0); with a capacity factor c under balanced routing each expert keeps min(c, 1) of
+    its share, or computes all c of it where its input is padded to capacity (Megatron-Core `get_capacity`:
+    ceil(tokens x top_k / experts x c) an expert)."""
+    c = d.moe_capacity_factor
+    share = torch.where(d.moe_pad_to_capacity > 0, c, torch.clamp_max(c, 1.0))
+    return d.top_k * torch.where(c > 0, share, 1.0)
+
+
+@per_evaluation
 def mlp_width(d: DesignBatch) -> torch.Tensor:
     """MLP intermediate elements per token, summed over the experts it passes through: the
-    expert width times (top_k routed + shared experts); the FFN width in dense layers."""
-    return expert_width(d) * (d.top_k + d.num_shared_experts * is_moe(d))
+    expert width times (`routed_copies` + shared experts); the FFN width in dense layers."""
+    return expert_width(d) * (routed_copies(d) + d.num_shared_experts * is_moe(d))
 
 
 @dataclass
@@ -201,7 +184,7 @@ def layer_gemms(d: DesignBatch) -> Gemms:
     # as extra routed work (same FLOPs and GEMM shapes per expert). Experts split over etp < tp
     # ranks take etp / tp of the tokens at tp / etp times the width (the same work per device)
     et = expert_tp(d)
-    expert_tokens = tokens * (d.top_k + d.num_shared_experts * is_moe(d)) * e / d.num_experts
+    expert_tokens = tokens * (routed_copies(d) + d.num_shared_experts * is_moe(d)) * e / d.num_experts
     if any_expert_tp(d):
         expert_tokens = expert_tokens * et / t
     local_experts = d.num_experts / e
@@ -372,13 +355,20 @@ def layer_forward_flops_per_sequence(d: DesignBatch, gemms: Gemms | None = None)
 
     Derived from one device's GEMM table (`gemms`, computed when not given): every product is
     split over tp and over the cp sequence shards (the router only over cp), and expert parallelism
-    moves tokens without changing a device's work.
+    moves tokens without changing a device's work. The experts count their top_k copies of a token
+    (the model's FLOPs) whatever a capacity factor drops or pads (`routed_copies`).
     """
     gemms = layer_gemms(d) if gemms is None else gemms
     t, c = d.tp.unsqueeze(-1), d.cp.unsqueeze(-1)
     router = torch.zeros(gemms.m.shape[-1], dtype=t.dtype, device=t.device)
     router[ROUTER_SLOT] = 1.0
     scale = c * (t * (1.0 - router) + router)
+    if bool((d.moe_capacity_factor > 0).any()):  # dropped or padded copies: back to top_k
+        shared = d.num_shared_experts * is_moe(d)
+        nominal = ((d.top_k + shared) / (routed_copies(d) + shared)).unsqueeze(-1)
+        experts = torch.zeros_like(router)
+        experts[[GEMM_SLOTS.index("ffn_up"), GEMM_SLOTS.index("ffn_down")]] = 1.0
+        scale = scale * (1.0 + experts * (torch.where(is_moe(d).unsqueeze(-1) > 0, nominal, 1.0) - 1.0))
     core = 4.0 * d.micro_batch_size * d.seq_length**2 * attention_width(d) * is_kind(d, "transformer")
     if any_window(d):
         core = core * causal_keys_per_query(d) / (d.seq_length / 2.0)
@@ -421,7 +411,7 @@ def memory_bound_bytes_per_layer(d: DesignBatch) -> tuple[torch.Tensor, torch.Te
     residual = 2.0 * 3.5 * th / sp_div
     act = (2.0 + is_swiglu(d)) * local_tokens(d) * mlp_width(d) / t
     moe = is_moe(d)
-    permute = moe * 4.0 * th * d.top_k
+    permute = moe * 4.0 * th * routed_copies(d)
     scores = d.micro_batch_size * d.num_heads / t * (d.seq_length / d.cp) * d.seq_length
     softmax_dropout = 4.5 * scores * (1.0 - d.flash_attention)
     casts = is_narrow(d) * local_tokens(d) * attention_out_width(d) / t * (elem + 2.0 * gemm_bytes_per_element(d))

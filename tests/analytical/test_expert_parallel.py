@@ -206,3 +206,68 @@ def test_expert_group_ranks_are_etp_apart(run, h100, make_system):
     whole = run(h100, system, MOE, _etp(ep=8))
     split = run(h100, system, MOE, _etp(ep=8, etp=0))
     assert float(whole.time_breakdown_s["ep_comm"][0]) < float(split.time_breakdown_s["ep_comm"][0])
+
+
+# ---- token dropping: a capacity factor, padded to capacity or not ----
+
+def test_routed_copies_under_a_capacity_factor(design, h100, make_system):
+    """Balanced routing: a factor below 1 drops that share of every expert's tokens, one above keeps them all;
+    padded, every expert computes its whole capacity."""
+    from analytical.step.workload import routed_copies
+
+    cases = {(0.0, False): 8.0, (0.5, False): 4.0, (1.25, False): 8.0, (0.5, True): 4.0, (1.25, True): 10.0}
+    for (factor, pad), copies in cases.items():
+        d = design(h100, make_system(32), MOE, _mapping(moe_capacity_factor=factor, moe_pad_to_capacity=pad))
+        assert float(routed_copies(d)[0]) == copies, (factor, pad)
+
+
+def test_padding_to_capacity_computes_and_sends_the_padding_but_counts_the_models_flops(design, h100, make_system):
+    """Padded to 1.25 x capacity: the experts' GEMMs take 1.25 x the tokens and the all-to-all sends 1.25 x the
+    bytes (its time on the same links: 1.25 x its bandwidth term), while the model's FLOPs (MFU's numerator) stay
+    the dropless count; the expert activations kept for backward grow, the attention's do not."""
+    from analytical.step.workload import GEMM_SLOTS, layer_gemms
+
+    system = make_system(32)
+    base, padded = (design(h100, system, MOE, _mapping(**c)) for c in
+                    ({}, {"moe_capacity_factor": 1.25, "moe_pad_to_capacity": True}))
+    up = GEMM_SLOTS.index("ffn_up")
+    assert float(layer_gemms(padded).m[0, up]) == pytest.approx(1.25 * float(layer_gemms(base).m[0, up]), rel=1e-12)
+    assert float(layer_gemms(padded).m[0, 0]) == float(layer_gemms(base).m[0, 0])  # qkv: every token once
+    r_base, r_pad = evaluate(base), evaluate(padded)
+    assert float(r_pad.model_flops[0]) == pytest.approx(float(r_base.model_flops[0]), rel=1e-12)
+    assert float(r_pad.mfu[0]) < float(r_base.mfu[0])
+    for part in ("forward_compute", "backward_compute", "ep_comm"):
+        assert float(r_pad.time_breakdown_s[part][0]) > float(r_base.time_breakdown_s[part][0]), part
+    assert float(r_pad.memory_breakdown_bytes["activations"][0]) > float(r_base.memory_breakdown_bytes["activations"][0])
+    # dropping half the tokens (no padding) halves the experts' tokens and the dispatched bytes
+    half = design(h100, system, MOE, _mapping(moe_capacity_factor=0.5))
+    assert float(layer_gemms(half).m[0, up]) == pytest.approx(0.5 * float(layer_gemms(base).m[0, up]), rel=1e-12)
+    assert float(evaluate(half).time_breakdown_s["ep_comm"][0]) < float(r_base.time_breakdown_s["ep_comm"][0])
+
+
+def test_padded_dispatch_bytes_scale_with_the_capacity_factor(design, h100, make_system):
+    """The energy model's all-to-all bytes follow the padded buffers: linear in the capacity factor, the dropless
+    dispatch at factor 1 (every other byte of the step unchanged)."""
+    from analytical.step import energy
+    from analytical.step.memory import params_per_device
+
+    def total(factor: float) -> float:
+        changes = {"moe_capacity_factor": factor, "moe_pad_to_capacity": True} if factor else {}
+        d = design(h100, make_system(32), MOE, _mapping(**changes))
+        return sum(float(x) for x in energy.network_bytes(d, params_per_device(d)))
+
+    dropless, quarter, half = total(0.0), total(1.25), total(1.5)
+    assert total(1.0) == pytest.approx(dropless, rel=1e-12)
+    assert quarter > dropless and half - quarter == pytest.approx(quarter - dropless, rel=1e-9)
+
+
+@pytest.mark.parametrize("mapping, field", [
+    (MappingSpec(moe_pad_to_capacity=True), "moe_pad_to_capacity"),
+    (MappingSpec(moe_capacity_factor=1.0, moe_pad_to_capacity=True, ep_dispatcher="deepep"), "moe_pad_to_capacity"),
+    (MappingSpec(moe_capacity_factor=-1.0), "moe_capacity_factor"),
+    (MappingSpec(moe_capacity_factor="1.25"), "moe_capacity_factor"),
+])
+def test_bad_capacity_settings_name_the_field(mapping, field):
+    with pytest.raises(SpecError) as info:
+        mapping.validate()
+    assert info.value.field == field

@@ -20,8 +20,7 @@ import torch
 from analytical import DEFAULT_EFFICIENCY, MappingSpec, ModelSpec, SpecError, evaluate
 from analytical.search import mapping_from_batch
 from analytical.specs import ATTENTION_KERNELS, CUDA_GRAPHS
-from analytical.step.kernels import host_wait_s
-from analytical.step.workload import FA2_SHARE_ON_NEWER_GPUS, attention_peak
+from analytical.step.kernels import FA2_SHARE_ON_NEWER_GPUS, attention_peak, host_wait_s
 from deepflow.presets import load_preset
 
 # Qwen3-30B-A3B's shape (Hugging Face config): 48 layers, hidden 2048, 32 heads of 128, 4 kv heads,
@@ -153,3 +152,18 @@ def test_bad_graph_and_fp8_attention_values_name_the_field(field, value):
     assert field in str(err.value)
     if field == "cuda_graph":
         assert all(name in str(err.value) for name in CUDA_GRAPHS)
+
+
+def test_padding_to_capacity_takes_the_dispatchers_sync_and_so_the_hosts_floor_out(design, b200, system):
+    """Dropping and padding to capacity (Megatron-Core `moe_pad_expert_input_to_capacity`) gives the dispatcher
+    static shapes and no host-device sync: the MoE layers' host floor goes, the per-layer gaps stay. At capacity
+    factor 1 under balanced routing nothing is dropped or padded, so that is the step's whole difference."""
+    padded = dataclasses.replace(EAGER, moe_capacity_factor=1.0, moe_pad_to_capacity=True)
+    no_floor = dataclasses.replace(DEFAULT_EFFICIENCY, moe_layer_host_s=0.0)
+    eager, pad = (evaluate(design(b200, system, QWEN3_30B, m)) for m in (EAGER, padded))
+    assert float(pad.step_time_s[0]) < float(eager.step_time_s[0])
+    assert float(pad.step_time_s[0]) == pytest.approx(
+        float(evaluate(design(b200, system, QWEN3_30B, EAGER), no_floor).step_time_s[0]), rel=1e-12)
+    dropping = dataclasses.replace(EAGER, moe_capacity_factor=1.0)  # drops without padding: the sync stays
+    assert float(evaluate(design(b200, system, QWEN3_30B, dropping)).step_time_s[0]) == pytest.approx(
+        float(eager.step_time_s[0]), rel=1e-12)
