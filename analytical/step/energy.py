@@ -357,7 +357,7 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
 
     # as analytical.step.model: one collective per class of weights over the ranks that share them
     groups, grad, gather = weight_groups(d, params), grad_bytes_per_param(d), param_gather_bytes_per_param(d)
-    shards = shard_groups(d, groups)  # HSDP: the sharded collectives over the shard group, replicas all-reduce
+    shards = shard_groups(d, groups)  # HSDP: the sharded collectives over the shard group
 
     def over_groups(link_bytes, buffers):
         (b, g, s), *rest = buffers
@@ -370,8 +370,9 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     ar = over_groups(all_reduce_link_bytes, [(p * grad, g, s) for p, g, s in groups])
     rs = over_groups(all_gather_link_bytes, [(p * grad, g, s) for p, g, s, _ in shards])
     ag = over_groups(all_gather_link_bytes, [(p * gather, g, s) for p, g, s, _ in shards])
-    rep = (0.0, 0.0) if hsdp_replicas(d) is None else over_groups(
-        all_reduce_link_bytes, [(p * grad / g, r, s * g) for p, g, s, r in shards])
+    if hsdp_replicas(d) is not None:  # as analytical.step.model: each shard all-reduced over the replicas
+        rep = over_groups(all_reduce_link_bytes, [(p * grad / g, r, s * g) for p, g, s, r in shards])
+        rs = tuple(a + b for a, b in zip(rs, rep))
     z = d.zero_stage
     sharded = optimizer_sharded(d).to(d.tp.dtype)
     # ZeRO-3 gathers and scatters per micro-batch, once a step where FSDP holds the weights under a pipeline
@@ -379,9 +380,9 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
         else micro_batches
 
     def dp_level(i: int) -> torch.Tensor:
-        return torch.where(z >= 3, zero3_rounds * (2.0 * ag[i] + rs[i] + rep[i]),
-                           torch.where(z >= 2, micro_batches * rs[i] + ag[i] + rep[i],
-                                       sharded * (rs[i] + ag[i] + rep[i]) + (1.0 - sharded) * ar[i]))
+        return torch.where(z >= 3, zero3_rounds * (2.0 * ag[i] + rs[i]),
+                           torch.where(z >= 2, micro_batches * rs[i] + ag[i],
+                                       sharded * (rs[i] + ag[i]) + (1.0 - sharded) * ar[i]))
 
     levels = []
     for i, p2p_share in ((0, 1.0 - crosses), (1, crosses)):

@@ -129,7 +129,7 @@ def shard_groups(d: DesignBatch, groups) -> tuple[tuple[torch.Tensor, ...], ...]
     tp]; Megatron-Core's optimizer instances are contiguous blocks of the data-parallel group)."""
     r = hsdp_replicas(d)
     if r is None:
-        return tuple((p, g, s, torch.ones_like(g)) for p, g, s in groups)
+        return tuple((p, g, s, 1.0) for p, g, s in groups)
     out = []
     for p, g, s in groups:
         shard = torch.clamp_min(g / r, 1.0)

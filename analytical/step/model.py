@@ -285,8 +285,8 @@ def _data_parallel_time_s(d: DesignBatch, params, links, micro_batches,
     weights gathered for forward and backward and gradients scattered, at `zero3_comm_fraction` of the collective
     bound for DeepSpeed's per-module collectives, at the bound itself for FSDP's whole-block ones (`fsdp`); once
     per step under a pipeline schedule (`memory.fsdp_keeps_unsharded`). HSDP (`dp_shard`): those run over the
-    shard group and the replicas all-reduce their shard of the gradients, as often as it is reduce-scattered
-    under ZeRO-3 (FSDP2 all-reduces after each backward's reduce-scatter), once a step otherwise."""
+    shard group, and the replicas all-reduce each reduce-scattered shard of the gradients (FSDP2's HSDP after
+    every backward's reduce-scatter; Megatron-Core's optimizer instances once a step)."""
     # context-parallel ranks hold the same weights: gradients are reduced and the optimizer state sharded over
     # dp x cp (Megatron-Core's data-parallel-with-context group; torchtitan's dp_shard_cp); experts over their own
     # replicas (`memory.weight_groups`), one collective per class
@@ -296,26 +296,26 @@ def _data_parallel_time_s(d: DesignBatch, params, links, micro_batches,
     def over_groups(collective, buffers):
         return _total(_on_group(collective, d, links, b, g, s) for b, g, s in buffers)
 
-    ar, replicas = over_groups(coll.group_all_reduce_time_s, grads), 0.0
-    if hsdp_replicas(d) is not None:  # the replicas' all-reduce of each shard (skipped where no design has HSDP)
-        replicas = over_groups(coll.group_all_reduce_time_s, [(p * grad / g, r, s * g) for p, g, s, r in shards])
+    ar = over_groups(coll.group_all_reduce_time_s, grads)
     if any_parameter_server(d):  # parameter servers instead (skipped where no design uses them)
         ps = _total(coll.group_parameter_server_time_s(b, g, s, d.scale_up_domain, *links, d.ps_shards,
                                                        d.ps_server_bw_bytes_per_s * eff.scale_out_bw_fraction,
                                                        d.ps_server_sum_bytes_per_s) for b, g, s in grads)
         ar = torch.where(d.dp_mode > 0, ps, ar)
     rs = over_groups(coll.group_all_gather_time_s, [(p * grad, g, s) for p, g, s, _ in shards])
+    if hsdp_replicas(d) is not None:  # each reduce-scatter's shard all-reduced over the replicas (where HSDP)
+        rs = rs + over_groups(coll.group_all_reduce_time_s, [(p * grad / g, r, s * g) for p, g, s, r in shards])
     ag = over_groups(coll.group_all_gather_time_s, [(p * gather, g, s) for p, g, s, _ in shards])  # 16-bit or fp8
     z, sharded = d.zero_stage, optimizer_sharded(d).to(d.tp.dtype)
     zero3_slowdown = torch.where(d.fsdp > 0, 1.0, 1.0 / eff.zero3_comm_fraction)
-    zero3 = micro_batches * ((2.0 * ag + rs) * zero3_slowdown + replicas)
+    zero3 = micro_batches * (2.0 * ag + rs) * zero3_slowdown
     if any_fsdp_unsharded(d):
         # held unsharded: one gather beside the first forward (its interference shows) and one exposed
         # scatter, as exposed time (`_evaluate_chunk` hides no more of it)
-        held = (1.0 - 1.0 / eff.overlap_compute_slowdown) * ag + rs + replicas
+        held = (1.0 - 1.0 / eff.overlap_compute_slowdown) * ag + rs
         zero3 = torch.where(fsdp_keeps_unsharded(d) > 0, held, zero3)
-    total = torch.where(z >= 3, zero3, torch.where(z >= 2, micro_batches * rs + ag + replicas,
-                                                   sharded * (rs + ag + replicas) + (1.0 - sharded) * ar))
+    total = torch.where(z >= 3, zero3,
+                        torch.where(z >= 2, micro_batches * rs + ag, sharded * (rs + ag) + (1.0 - sharded) * ar))
     distributed = (z < 2) & (d.distributed_optimizer > 0)
     return total, (torch.where(distributed, ag, 0.0) if bool(distributed.any()) else None)
 

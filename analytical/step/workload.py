@@ -131,6 +131,8 @@ def routed_copies(d: DesignBatch) -> torch.Tensor:
     its share, or computes all c of it where its input is padded to capacity (Megatron-Core `get_capacity`:
     ceil(tokens x top_k / experts x c) an expert)."""
     c = d.moe_capacity_factor
+    if not bool((c > 0).any()):  # dropless batch: the common case, no more work
+        return d.top_k
     share = torch.where(d.moe_pad_to_capacity > 0, c, torch.clamp_max(c, 1.0))
     return d.top_k * torch.where(c > 0, share, 1.0)
 
@@ -363,7 +365,7 @@ def layer_forward_flops_per_sequence(d: DesignBatch, gemms: Gemms | None = None)
     router = torch.zeros(gemms.m.shape[-1], dtype=t.dtype, device=t.device)
     router[ROUTER_SLOT] = 1.0
     scale = c * (t * (1.0 - router) + router)
-    if bool((d.moe_capacity_factor > 0).any()):  # dropped or padded copies: back to top_k
+    if routed_copies(d) is not d.top_k:  # dropped or padded copies: back to top_k
         shared = d.num_shared_experts * is_moe(d)
         nominal = ((d.top_k + shared) / (routed_copies(d) + shared)).unsqueeze(-1)
         experts = torch.zeros_like(router)
