@@ -17,6 +17,11 @@ Prints human-readable figures, then ONE JSON line (the last line of stdout) with
   The search evaluates on one torch thread (`SearchOptions.num_threads`); mapping_search_2threads_s
   and _max_s time it on torch's 2 threads instead (spiky on a shared 2-core machine).
 
+- single_design_tensor_ops / chunk_tensor_ops / chunk_elements_per_design: the tensor operations one
+  `evaluate` dispatches for the single design and for one 65,536-design chunk, and the elements they
+  produce per design (counted with a `TorchDispatchMode`): deterministic, where wall times on a shared
+  2-core machine move by 10-30 % between runs, so two versions of the model compare exactly.
+
 Targets: single design <= 1 ms, >= 1e6 designs/s, search <= 5 s. torch runs on 2 threads.
 The specs are built in code (datasheet values, not the conf/ presets) so the figures do not move
 when a preset is edited.
@@ -31,6 +36,7 @@ import statistics
 import time
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from analytical import AcceleratorSpec, MappingSpec, ModelSpec, SystemSpec, evaluate, single_design
 from analytical.codes import DTYPE
@@ -122,6 +128,28 @@ def bench_search(name: str, accelerator, system, model, global_batch: int, repea
     return out
 
 
+class _OpCount(TorchDispatchMode):
+    """Counts the tensor operations dispatched inside the block and the elements their results hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops, self.elements = 0, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.ops += 1
+        self.elements += out.numel() if isinstance(out, torch.Tensor) else 0
+        return out
+
+
+def count_ops(designs) -> tuple[int, int]:
+    """`(tensor ops, result elements)` of one `evaluate(designs)` (after a warm-up call)."""
+    evaluate(designs)
+    with _OpCount() as count:
+        evaluate(designs)
+    return count.ops, count.elements
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=1_000_000)
@@ -164,6 +192,9 @@ def main() -> None:
             evaluate(designs.index(slice(lo, lo + chunk)))
 
     chunked_s = statistics.median(_median_ms(chunked, 1) / 1e3 for _ in range(args.batch_repeats))
+    single_ops, _ = count_ops(prebuilt)
+    chunk_designs = designs.index(slice(0, min(chunk, args.batch)))
+    chunk_ops, chunk_elements = count_ops(chunk_designs)
     walls, feasible = [], 0.0
     for _ in range(args.batch_repeats):
         start = time.perf_counter()
@@ -175,6 +206,8 @@ def main() -> None:
     print(f"\n[batch] {args.batch:,} designs ({feasible:.1%} feasible), medians of {args.batch_repeats}: "
           f"one evaluate call {batch_s:.3f} s -> {args.batch / batch_s:,.0f} designs/s; in chunks of {chunk:,}: "
           f"{chunked_s:.3f} s -> {args.batch / chunked_s:,.0f} designs/s; target >= 1,000,000/s")
+    print(f"[tensor ops] one evaluate: {single_ops:,} for the single design, {chunk_ops:,} for a chunk of "
+          f"{chunk_designs.batch_size:,} ({chunk_elements / chunk_designs.batch_size:,.0f} result elements a design)")
 
     result = {
         "single_design_ms": round(single_ms, 4),
@@ -183,6 +216,9 @@ def main() -> None:
         "batch_size": args.batch,
         "batch_designs_per_s": round(args.batch / batch_s),
         "batch_designs_per_s_chunked": round(args.batch / chunked_s),
+        "single_design_tensor_ops": single_ops,
+        "chunk_tensor_ops": chunk_ops,
+        "chunk_elements_per_design": round(chunk_elements / chunk_designs.batch_size),
         "mapping_search_s": round(search_175b["search_s"], 4),
         "mapping_search_first_s": round(search_175b["first_s"], 4),
         "mappings_enumerated": search_175b["enumerated"],
