@@ -98,9 +98,9 @@ SPEC_FIELDS: dict[str, tuple[str, str, float, Optional[dict]]] = {
     "num_classes": ("model", "num_classes", 1.0, None),
     **{name: ("mapping", name, 1.0, None) for name in
        ("tp", "pp", "dp", "cp", "ep", "vp", "sequence_parallel", "micro_batch_size", "global_batch_size",
-        "zero_stage", "fsdp", "dp_shard", "distributed_optimizer", "flash_attention", "overlap_dp_comm", "overlap_tp_comm",
-        "overlap_pp_comm", "overlap_ep_comm", "offload_layers", "fused_jobs", "ps_shards", "staleness",
-        "fused_cross_entropy", "recompute_layers", "grad_reduce_in_fp32", "etp", "fp8_param_gather",
+        "zero_stage", "fsdp", "dp_shard", "distributed_optimizer", "flash_attention", "overlap_dp_comm",
+        "overlap_tp_comm", "overlap_pp_comm", "overlap_ep_comm", "offload_layers", "fused_jobs", "ps_shards",
+        "staleness", "fused_cross_entropy", "recompute_layers", "grad_reduce_in_fp32", "etp", "fp8_param_gather",
         "fp8_attention", "fused_expert_mlp", "moe_capacity_factor", "moe_pad_to_capacity")},
     "dp_mode": ("mapping", "dp_mode", 1.0, DP_MODE_CODES),
     "recompute": ("mapping", "recompute", 1.0, RECOMPUTE_CODES),

@@ -6,7 +6,8 @@ is off), and 12 bytes per parameter of fp32 master weights, momentum and varianc
 (or Megatron's distributed optimizer) shards the optimizer state over data-parallel ranks (an
 expert's over its dp x cp / ep replicas, `weight_groups`; under HSDP over a dp_shard part of
 them, `shard_groups`), stage 2 also the gradients, stage 3 also the weights. Activation memory per
-layer follows Korthikanti et al. 2022 (Table 2, checked in tests). All results are `(batch,)` tensors in bytes.
+layer follows Korthikanti et al. 2022 (Table 2, checked in tests). All results are `(batch,)`
+tensors in bytes.
 """
 
 from __future__ import annotations
