@@ -66,6 +66,7 @@ class DesignBatch:
     ps_server_bw_bytes_per_s: torch.Tensor
     ps_server_sum_bytes_per_s: torch.Tensor  # 0: no limit
     straggler_cv: torch.Tensor
+    host_link_bw_bytes_per_s: torch.Tensor  # 0: offloaded activations' copies not priced
     # model
     kind: torch.Tensor
     num_layers: torch.Tensor

@@ -20,18 +20,18 @@ from typing import Any, Optional
 from analytical.cnns import CNN_ARCHS
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4")
-# Tensor-core number formats with a peak rate of their own; a training precision runs its GEMMs at
-# the peak of its format: mxfp8 (OCP microscaling, 32-element blocks with an e8m0 scale) at fp8's,
-# nvfp4 (16-element blocks with an e4m3 scale) at fp4's (NVIDIA Blackwell architecture brief, 2024).
+# Tensor-core number formats with a peak rate of their own; a training precision runs its GEMMs at the peak of its
+# format: mxfp8 (OCP microscaling, 32-element blocks with an e8m0 scale) at fp8's, nvfp4 (16-element blocks with an
+# e4m3 scale) at fp4's (NVIDIA Blackwell architecture brief, 2024).
 PEAK_FORMATS = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp4")
 PRECISION_FORMAT = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8",
                     "mxfp8": "fp8", "nvfp4": "fp4"}
 FFN_TYPES = ("gelu", "swiglu")
 MODEL_KINDS = ("transformer", "lstm", "gemm", "cnn")
-# Activation recomputation: `selective` is Megatron's (the attention core; with fused attention the
-# norms and MLP activation), `full` every layer's forward, `op` torchtitan's per-op selective
-# checkpointing (selective_ac_option "op": matmul and attention-kernel outputs saved, every other
-# matmul and all element-wise ops recomputed; torchtitan parallelize_llama.py, _custom_policy)
+# Activation recomputation: `selective` is Megatron's (the attention core; with fused attention the norms and MLP
+# activation), `full` every layer's forward, `op` torchtitan's per-op selective checkpointing (selective_ac_option
+# "op": matmul and attention-kernel outputs saved, every other matmul and all element-wise ops recomputed;
+# torchtitan parallelize_llama.py, _custom_policy)
 RECOMPUTE = ("none", "selective", "full", "op")
 # what the mapping search and the validation's `recompute=auto` try unless told otherwise
 MEGATRON_RECOMPUTE = ("none", "selective", "full")
@@ -170,15 +170,17 @@ class SystemSpec:
     # DistBelief's shards), each with this NIC and summing gradients at this rate (0: as fast as its NIC delivers)
     ps_server_gbit: float = 100.0
     ps_server_sum_gb_per_s: float = 0.0
-    # spread of a worker's step time (standard deviation / mean) from noise the model does not
-    # describe (shared machines, data loading, thermal throttling): what a synchronous step waits for
+    # spread of a worker's step time (standard deviation / mean) from noise the model does not describe (shared
+    # machines, data loading, thermal throttling): what a synchronous step waits for
     straggler_cv: float = 0.0
+    host_link_gb_per_s: float = 0.0  # device to host memory, per direction (PCIe); 0: offload copies not priced
 
     def validate(self) -> "SystemSpec":
         spec = f"system[{self.name}]"
         _check_int(spec, self, ("num_devices", "devices_per_node", "scale_up_domain"))
         _check_choice(spec, self, "topology", TOPOLOGIES)
-        _check_positive(spec, self, ("scale_up_latency_us", "scale_out_latency_us"), allow_zero=True)
+        _check_positive(spec, self, ("scale_up_latency_us", "scale_out_latency_us", "host_link_gb_per_s"),
+                        allow_zero=True)
         _check_positive(spec, self, ("oversubscription",))
         if self.oversubscription < 1:
             raise SpecError(spec, "oversubscription", self.oversubscription, ">= 1")
@@ -351,11 +353,9 @@ class MappingSpec:
     flash_attention: bool = True
     overlap_dp_comm: bool = False
     overlap_tp_comm: bool = False
-    # pipeline sends and receives of the steady 1F1B phase overlapped with compute (Megatron-Core's overlap_p2p_comm,
-    # with interleaving): only the fill and flush transfers stay exposed
+    # steady-1F1B pipeline sends overlapped with compute (Megatron-Core overlap_p2p_comm): fill and flush exposed
     overlap_pp_comm: bool = False
-    # the expert-parallel dispatch and combine of one micro-batch run beside the compute of another
-    # (Megatron-Core overlap_moe_expert_parallel_comm, "1F1B A2A overlap"; not with full recompute)
+    # EP dispatch and combine of one micro-batch beside another's compute (overlap_moe_expert_parallel_comm)
     overlap_ep_comm: bool = False
     ep_dispatcher: str = "alltoall"  # one of EP_DISPATCHERS
     # MoE token dropping (Megatron-Core moe_expert_capacity_factor): an expert takes at most this factor times its
@@ -366,7 +366,7 @@ class MappingSpec:
     moe_pad_to_capacity: bool = False
     cuda_graph: str = "none"  # one of CUDA_GRAPHS
     # layers of each pipeline stage whose activations wait in host memory between the forward and backward passes
-    # (Megatron-Core cpu_offloading_num_layers); their copies overlap compute
+    # (Megatron-Core cpu_offloading_num_layers); their copies overlap compute as far as SystemSpec.host_link allows
     offload_layers: int = 0
     # independent single-device jobs of one model fused (HFTA, Wang et al. MLSys 2021): each operator of the B jobs
     # runs as one batched kernel; 1 = one job

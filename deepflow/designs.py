@@ -68,6 +68,7 @@ SPEC_FIELDS: dict[str, tuple[str, str, float, Optional[dict]]] = {
     "ps_server_bw_bytes_per_s": ("system", "ps_server_gbit", 8.0 / GB, None),
     "ps_server_sum_bytes_per_s": ("system", "ps_server_sum_gb_per_s", 1 / GB, None),
     "straggler_cv": ("system", "straggler_cv", 1.0, None),
+    "host_link_bw_bytes_per_s": ("system", "host_link_gb_per_s", 1 / GB, None),
     "kind": ("model", "kind", 1.0, KIND_CODES),
     "num_layers": ("model", "num_layers", 1.0, None),
     "hidden_size": ("model", "hidden_size", 1.0, None),

@@ -174,3 +174,17 @@ def attention_peak(d: DesignBatch, peak: torch.Tensor) -> torch.Tensor:
     fp8 = (d.fp8_attention > 0) & (is_narrow(d) > 0) & (d.peak_fp8_flops_per_s > 0) & ~fa2
     base = torch.where(fp8, d.peak_fp8_flops_per_s, sixteen_bit_peak(d, peak))
     return torch.where(fa2 & (d.peak_fp8_flops_per_s > 0), FA2_SHARE_ON_NEWER_GPUS * base, base)
+
+
+def offload_wait_s(bytes_: torch.Tensor, host_bw_bytes_per_s: torch.Tensor, forward_s: torch.Tensor,
+                   backward_s: torch.Tensor, merged: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(forward, backward)` exposed time, `(batch,)` each, of copying one offloaded layer's activations
+    (`bytes_`) to host memory behind the next layer's forward pass and back behind the previous layer's
+    backward pass (Megatron-Core's cpu_offloading double-buffers one layer ahead): what the copy over the
+    device's host link outlasts the pass it hides behind. Where a forward and a backward run as one unit
+    (`merged` 1: the 1F1B expert-parallel overlap), both copies hide behind the pair, charged to the
+    backward as `host_wait_s` charges it. A link of 0 prices nothing."""
+    copy = torch.where(host_bw_bytes_per_s > 0, bytes_ / torch.clamp_min(host_bw_bytes_per_s, 1.0), 0.0)
+    pair = torch.relu(2.0 * copy - forward_s - backward_s)
+    wait_fwd, wait_bwd = torch.relu(copy - forward_s), torch.relu(copy - backward_s)
+    return torch.where(merged > 0, 0.0, wait_fwd), torch.where(merged > 0, pair, wait_bwd)

@@ -31,28 +31,25 @@ from analytical.step.eager_ops import eager_ops
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
 from analytical.step.kernels import (attention_peak, flash_attention_time_s, gemm_time_s, host_wait_s,
-                                     memory_bound_time_s, sixteen_bit_peak, softmax_exp_time_s)
+                                     memory_bound_time_s, offload_wait_s, sixteen_bit_peak, softmax_exp_time_s)
 from analytical.step.memo import memoizing
-from analytical.step.memory import (any_fsdp_unsharded, eager_cross_entropy, fsdp_keeps_unsharded,
-                                    full_recompute_share, grad_bytes_per_param, hsdp_replicas, memory_breakdown,
-                                    op_recompute, optimizer_sharded, param_gather_bytes_per_param, params_per_device,
-                                    recomputed_module_bytes, shard_groups, sharded_params, weight_groups)
+from analytical.step.memory import (activation_bytes_per_layer, any_fsdp_unsharded, eager_cross_entropy,
+                                    fsdp_keeps_unsharded, full_recompute_share, grad_bytes_per_param, hsdp_replicas,
+                                    memory_breakdown, op_recompute, optimizer_sharded, param_gather_bytes_per_param,
+                                    params_per_device, recomputed_module_bytes, shard_groups, sharded_params,
+                                    weight_groups)
 from analytical.step.workload import (GEMM_SLOTS, activation_bytes_per_element, any_expert_tp, any_parameter_server,
-                                      attention_core_flops, attention_score_elements, expert_tp,
-                                      fuse_jobs, gemm_bytes_per_element, is_kind, is_moe, is_narrow,
+                                      attention_core_flops, attention_score_elements, expert_tp, fuse_jobs,
+                                      gemm_bytes_per_element, is_kind, is_moe, is_narrow,
                                       layer_forward_flops_per_sequence, layer_gemms, local_tokens, logit_gemm_flops,
                                       memory_bound_bytes_per_layer, mlp_tp, model_flops_per_step, routed_copies,
                                       slot_sum, stage_layers)
 
-TIME_PARTS = ("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm",
-              "pipeline_bubble", "pp_p2p", "dp_comm", "optimizer")
+TIME_PARTS = ("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pipeline_bubble",
+              "pp_p2p", "dp_comm", "optimizer")
 TP_OVERLAP_SLOTS = [GEMM_SLOTS.index(n) for n in ("qkv", "attention_out", "ffn_up", "ffn_down")]
 CORE_SLOTS = [GEMM_SLOTS.index(n) for n in ("attention_scores", "attention_values")]
 ADAM_BYTES_PER_PARAM = 34.0  # read fp32 param, grad, m, v and write param, m, v, 16-bit copy; + grad norm
-
-
-def _col(x: torch.Tensor) -> torch.Tensor:
-    return x.unsqueeze(-1)
 
 
 def gemm_peak_fraction(d: DesignBatch, eff: Efficiency) -> torch.Tensor:
@@ -74,9 +71,10 @@ def _gemm_table_time_s(tables, d: DesignBatch, peak: torch.Tensor, eff: Efficien
     every = bool(live.all())
     m, n, k, count, serial = (torch.cat([(getattr(g, f) if every else getattr(g, f)[:, live]) for g in tables], -1)
                               for f in ("m", "n", "k", "count", "serial"))
-    t = gemm_time_s(m, n, k, count, _col(peak), _col(d.compute_units), _col(d.tile_m), _col(d.tile_n),
-                    _col(d.hbm_bw_bytes_per_s), _col(d.sram_bw_bytes_per_s), _col(d.kernel_launch_s),
-                    _col(gemm_bytes_per_element(d)), eff, _col(gemm_peak_fraction(d, eff))) * serial
+    col = lambda x: x.unsqueeze(-1)  # noqa: E731  ((batch,) -> (batch, 1), against the slots)
+    t = gemm_time_s(m, n, k, count, col(peak), col(d.compute_units), col(d.tile_m), col(d.tile_n),
+                    col(d.hbm_bw_bytes_per_s), col(d.sram_bw_bytes_per_s), col(d.kernel_launch_s),
+                    col(gemm_bytes_per_element(d)), eff, col(gemm_peak_fraction(d, eff))) * serial
     parts = t.chunk(len(tables), -1)
     if every:
         return list(parts)
@@ -106,15 +104,11 @@ def _total(parts) -> torch.Tensor:
     return functools.reduce(operator.add, parts)
 
 
-def _relu(x: torch.Tensor) -> torch.Tensor:
-    return torch.clamp_min(x, 0.0)
-
-
 def _exposed(comm_s: torch.Tensor, compute_s: torch.Tensor, eff: Efficiency) -> torch.Tensor:
     """Exposed time of a collective run beside `compute_s` of compute that it slows down by
     `eff.overlap_compute_slowdown` (s): max(comm - compute, (1 - 1/s) comm); 0-floored when s = 1."""
     if eff.overlap_compute_slowdown == 1.0:
-        return _relu(comm_s - compute_s)
+        return torch.relu(comm_s - compute_s)
     return torch.maximum(comm_s - compute_s, (1.0 - 1.0 / eff.overlap_compute_slowdown) * comm_s)
 
 
@@ -240,8 +234,8 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
             "ep_fwd": 2.0 * ep_a2a, "ep_bwd": 2.0 * ep_a2a}
     ep_hide = d.overlap_ep_comm
     if bool((ep_hide > 0).any()):  # (skipped where no design of the chunk overlaps)
-        free = (_relu(layer.forward - (tp_pair - tp_fwd) - (cp_ag - cp_fwd))
-                + _relu(layer.backward - (tp_pair - tp_bwd) - (2.0 * cp_ag - cp_bwd)))
+        free = (torch.relu(layer.forward - (tp_pair - tp_fwd) - (cp_ag - cp_fwd))
+                + torch.relu(layer.backward - (tp_pair - tp_bwd) - (2.0 * cp_ag - cp_bwd)))
         merged = _exposed(4.0 * ep_a2a, free, eff)
         comm.update(ep_fwd=(1.0 - ep_hide) * comm["ep_fwd"], ep_bwd=torch.where(ep_hide > 0, merged, comm["ep_bwd"]))
     return comm
@@ -369,19 +363,26 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
     stage_parts = {k: layers_per_stage * v + logit_parts[k] if k in logit_parts else layers_per_stage * v
                    for k, v in layer_parts.items()}
+    # a layer's forward and backward wall times (compute, exposed tp/cp/ep traffic); offloaded copies (`offload_wait_s`)
+    pass_fwd = layer.forward + comm["tp_fwd"] + comm["cp_fwd"] + comm["ep_fwd"]
+    pass_bwd = layer.backward + comm["tp_bwd"] + comm["cp_bwd"] + comm["ep_bwd"]
+    offload = (0.0, 0.0)
+    if bool((d.offload_layers > 0).any()) and bool((d.host_link_bw_bytes_per_s > 0).any()):
+        waits = offload_wait_s(activation_bytes_per_layer(d), d.host_link_bw_bytes_per_s, pass_fwd, pass_bwd,
+                               d.overlap_ep_comm)
+        offload = tuple(torch.minimum(d.offload_layers, layers_per_stage) * wait for wait in waits)
+        stage_parts.update(forward_compute=stage_parts["forward_compute"] + offload[0],
+                           backward_compute=stage_parts["backward_compute"] + offload[1])
+    backward_wall = layers_per_stage * pass_bwd + logit_parts["backward_compute"] + offload[1]
     stage_max = _total(stage_parts.values())
     stage_mean = (_total(layer_parts.values()) * d.num_layers + _total(logit_parts.values())) / d.pp
 
-    # ZeRO-3 implementations (DeepSpeed, FSDP) always prefetch parameters: their gathers overlap
-    # the whole step. Otherwise, with overlap on, the reduction hides behind the last micro-batch's
-    # backward pass and the distributed optimizer's weight gather behind the first micro-batch's
-    # forward pass (their wall times: compute and exposed tp/cp/ep communication; Megatron-Core's
-    # overlap_grad_reduce and overlap_param_gather). Either way the compute beside the collective
-    # slows down (`_exposed`, `Efficiency.overlap_compute_slowdown`).
+    # ZeRO-3 implementations (DeepSpeed, FSDP) always prefetch parameters: their gathers overlap the whole step.
+    # Otherwise, with overlap on, the reduction hides behind the last micro-batch's backward pass and the distributed
+    # optimizer's weight gather behind the first one's forward (their `walls`; Megatron-Core's overlap_grad_reduce,
+    # overlap_param_gather), slowing the compute beside it (`_exposed`, `Efficiency.overlap_compute_slowdown`).
     params = params_per_device(d)
     dp_time, dp_gather = _data_parallel_time_s(d, params, links, micro_batches, eff)
-    backward_wall = (layers_per_stage * (layer.backward + comm["tp_bwd"] + comm["cp_bwd"] + comm["ep_bwd"])
-                     + logit_parts["backward_compute"])
     zero3 = d.zero_stage >= 3
     hidden = (d.overlap_dp_comm > 0) | zero3  # overlapped dp traffic; not FSDP's held once-a-step traffic
     if any_fsdp_unsharded(d):
@@ -390,8 +391,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     if dp_gather is None:
         overlapped = _exposed(dp_time, window, eff)
     else:
-        forward_wall = (layers_per_stage * (layer.forward + comm["tp_fwd"] + comm["cp_fwd"] + comm["ep_fwd"])
-                        + logit_parts["forward_compute"])
+        forward_wall = layers_per_stage * pass_fwd + logit_parts["forward_compute"] + offload[0]
         if bool((d.overlap_ep_comm > 0).any()):
             # a merged forward-and-backward unit of the 1F1B expert-parallel overlap (`overlap_ep_comm`)
             # hides both as one: its exposed dispatch is charged to the backward half

@@ -368,6 +368,8 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
     # dp: DP_SHARD_INVALID) (added last)
     half = torch.where(torch.remainder(fields["dp"], 2.0) == 0, fields["dp"] / 2.0, fields["dp"])
     fields["dp_shard"] = torch.where(ints(0, 3) == 0, torch.where(ints(0, 7) == 0, 3.0 * one_, half), zero)
+    # a host link on half of the designs, 16-256 GB/s a direction (offloaded copies priced) (added last)
+    fields["host_link_bw_bytes_per_s"] = ints(0, 1) * uniform(16.0, 256.0) * 1e9
     # MoE token dropping on a quarter of the designs, padded to capacity on half of those (not with deepep)
     fields["moe_capacity_factor"] = torch.where(ints(0, 3) == 0, choice([0.5, 1.0, 1.25, 2.0]), zero)
     fields["moe_pad_to_capacity"] = ((fields["moe_capacity_factor"] > 0) & (fields["ep_dispatcher"] != 1)).to(DTYPE) \

@@ -161,6 +161,36 @@ def test_offloaded_layers_leave_device_memory(h100, system, design, llama7b):
     assert float(kept["activations"][0] - off["activations"][0]) == pytest.approx(0.25 * float(logits[0]), rel=1e-9)
 
 
+def test_offload_copies_cost_what_the_host_link_cannot_hide(h100, system, design, llama7b):
+    """An offloaded layer's activations go to host memory behind the next layer's forward pass and come back
+    behind the backward (`kernels.offload_wait_s`): over a slow host link the copy outlasts the forward pass and
+    the rest shows, once per offloaded layer and micro-batch; a fast link or none (0: not priced) costs nothing."""
+    from analytical.step.kernels import offload_wait_s
+    from analytical.step.memory import activation_bytes_per_layer
+
+    copy_bytes = float(activation_bytes_per_layer(design(h100, system, llama7b, MappingSpec(global_batch_size=8)))[0])
+
+    def run(link_gb_per_s: float, offload: int):
+        sys_ = dataclasses.replace(system, host_link_gb_per_s=link_gb_per_s)
+        return evaluate(design(h100, sys_, llama7b, MappingSpec(global_batch_size=8, offload_layers=offload)))
+
+    kept, unpriced = run(0.0, 0), run(0.0, 8)
+    assert torch.equal(kept.step_time_s, unpriced.step_time_s)
+    times = [float(run(link, 8).step_time_s[0]) for link in (8.0, 16.0, 64.0, 1e6)]
+    assert times[0] > times[1] > times[2] >= times[3] == pytest.approx(float(kept.step_time_s[0]), rel=1e-12)
+    # at 8 GB/s: 8 layers x 8 micro-batches of each copy's exposed part, less behind the longer backward pass
+    slow = run(8.0, 8)
+    extra = [float(slow.time_breakdown_s[p][0] - kept.time_breakdown_s[p][0]) for p in ("forward_compute",
+                                                                                       "backward_compute")]
+    assert copy_bytes / 8e9 > extra[0] / 64 > extra[1] / 64 > 0
+    t = lambda *v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    fwd, bwd = offload_wait_s(t(2e9, 2e9, 2e9), t(1e9, 1e9, 0.0), t(0.5, 3.0, 0.5), t(1.0, 1.0, 1.0), t(0, 0, 0))
+    assert fwd.tolist() == [1.5, 0.0, 0.0] and bwd.tolist() == [1.0, 1.0, 0.0]
+    # a merged forward-and-backward unit (expert-parallel overlap) hides both copies behind the pair
+    fwd, bwd = offload_wait_s(t(2e9, 2e9), t(1e9, 1e9), t(0.5, 3.0), t(1.0, 1.0), t(1, 1))
+    assert fwd.tolist() == [0.0, 0.0] and bwd.tolist() == [2.5, 0.0]
+
+
 def test_context_parallel_ranks_shard_the_optimizer(h100, make_system, design, llama7b):
     m = dict(tp=1, pp=1, global_batch_size=8, distributed_optimizer=True)
     two = memory_breakdown(design(h100, make_system(16), llama7b, MappingSpec(dp=8, cp=2, **m)))

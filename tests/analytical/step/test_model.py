@@ -164,8 +164,10 @@ def test_faster_memory_and_launches_never_increase_step_time(random_designs_20k)
 
 
 def test_more_recompute_never_reduces_time(random_designs_20k):
+    """Offloaded activations' copies left unpriced (host link 0): recomputing more shrinks what an offloaded
+    layer copies to the host, which may then save more than the recomputation costs."""
     d = random_designs_20k
-    d = d.replace(recompute_layers=torch.zeros_like(d.tp))
+    d = d.replace(recompute_layers=torch.zeros_like(d.tp), host_link_bw_bytes_per_s=torch.zeros_like(d.tp))
     times = [evaluate(d.replace(recompute=float(RECOMPUTE_CODES[r]))).step_time_s
              for r in ("none", "selective", "full")]
     assert torch.all(times[0] <= times[1] * (1 + 1e-12))
@@ -175,8 +177,10 @@ def test_more_recompute_never_reduces_time(random_designs_20k):
 
 
 def test_recomputing_more_layers_is_never_faster_nor_holds_more_memory(random_designs_20k):
-    """`recompute_layers` (full recompute of some layers of each stage) moves between none and full."""
-    d = random_designs_20k.replace(recompute=torch.full_like(random_designs_20k.tp, float(RECOMPUTE_CODES["full"])))
+    """`recompute_layers` (full recompute of some layers of each stage) moves between none and full (offload
+    copies unpriced, as in `test_more_recompute_never_reduces_time`)."""
+    d = random_designs_20k.replace(recompute=torch.full_like(random_designs_20k.tp, float(RECOMPUTE_CODES["full"])),
+                                   host_link_bw_bytes_per_s=torch.zeros_like(random_designs_20k.tp))
     runs = [evaluate(d.replace(recompute_layers=torch.full_like(d.tp, float(k)))) for k in (1, 4, 16, 0)]
     for fewer, more in zip(runs, runs[1:]):
         assert torch.all(fewer.step_time_s <= more.step_time_s * (1 + 1e-12))
