@@ -330,11 +330,14 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     gemms = layer_gemms(d)
     layer = _layer_compute(d, gemms, peak, elem, eff)
     comm = _model_parallel_comm(d, layer, links, elem, eff)
+    # a layer's forward and backward wall times: compute and exposed tp / cp / ep traffic (and host waits, below)
+    pass_fwd = layer.forward + comm["tp_fwd"] + comm["cp_fwd"] + comm["ep_fwd"]
+    pass_bwd = layer.backward + comm["tp_bwd"] + comm["cp_bwd"] + comm["ep_bwd"]
     if eff.moe_layer_host_s != 0.0 and bool(is_moe(d).any()):  # MoE layer passes waiting on the host
-        wait_fwd, wait_bwd = host_wait_s(layer.forward + comm["tp_fwd"] + comm["cp_fwd"] + comm["ep_fwd"],
-                                         layer.backward + comm["tp_bwd"] + comm["cp_bwd"] + comm["ep_bwd"],
-                                         is_moe(d) * (1.0 - d.moe_pad_to_capacity), _eager(d), d.overlap_ep_comm, eff)
+        wait_fwd, wait_bwd = host_wait_s(pass_fwd, pass_bwd, is_moe(d) * (1.0 - d.moe_pad_to_capacity), _eager(d),
+                                         d.overlap_ep_comm, eff)
         layer.forward, layer.backward = layer.forward + wait_fwd, layer.backward + wait_bwd
+        pass_fwd, pass_bwd = pass_fwd + wait_fwd, pass_bwd + wait_bwd
 
     selective = (d.recompute == RECOMPUTE_CODES["selective"]).to(peak.dtype)
     full = full_recompute_share(d)  # 1 where full recompute rebuilds every layer, the share where fewer
@@ -363,10 +366,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
     stage_parts = {k: layers_per_stage * v + logit_parts[k] if k in logit_parts else layers_per_stage * v
                    for k, v in layer_parts.items()}
-    # a layer's forward and backward wall times (compute, exposed tp/cp/ep traffic); offloaded copies (`offload_wait_s`)
-    pass_fwd = layer.forward + comm["tp_fwd"] + comm["cp_fwd"] + comm["ep_fwd"]
-    pass_bwd = layer.backward + comm["tp_bwd"] + comm["cp_bwd"] + comm["ep_bwd"]
-    offload = (0.0, 0.0)
+    offload = (0.0, 0.0)  # the offloaded layers' copies to the host and back (`offload_wait_s`) that show
     if bool((d.offload_layers > 0).any()) and bool((d.host_link_bw_bytes_per_s > 0).any()):
         waits = offload_wait_s(activation_bytes_per_layer(d), d.host_link_bw_bytes_per_s, pass_fwd, pass_bwd,
                                d.overlap_ep_comm)
@@ -379,7 +379,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
 
     # ZeRO-3 implementations (DeepSpeed, FSDP) always prefetch parameters: their gathers overlap the whole step.
     # Otherwise, with overlap on, the reduction hides behind the last micro-batch's backward pass and the distributed
-    # optimizer's weight gather behind the first one's forward (their `walls`; Megatron-Core's overlap_grad_reduce,
+    # optimizer's weight gather behind the first one's forward (`backward_wall`, `forward_wall`; overlap_grad_reduce,
     # overlap_param_gather), slowing the compute beside it (`_exposed`, `Efficiency.overlap_compute_slowdown`).
     params = params_per_device(d)
     dp_time, dp_gather = _data_parallel_time_s(d, params, links, micro_batches, eff)
