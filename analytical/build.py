@@ -9,8 +9,9 @@ from typing import Sequence
 import torch
 
 from analytical.codes import (ATTENTION_KERNEL_CODES, CNN_ARCH_CODES, CUDA_GRAPH_CODES, DP_MODE_CODES, DTYPE,
-                              ELEMENTWISE_CODES, EP_DISPATCHER_CODES, FFN_CODES, GB, GIB, KIND_CODES, MIB,
-                              PRECISION_CODES, RECOMPUTE_CODES, TFLOPS, TOPOLOGY_CODES, US)
+                              ELEMENTWISE_CODES, EP_DISPATCHER_CODES, FFN_CODES, GB, GIB, KIND_CODES,
+                              MASTER_PARAMS_CODES, MIB, OPTIMIZER_STATE_DTYPE_CODES, PRECISION_CODES, RECOMPUTE_CODES,
+                              TFLOPS, TOPOLOGY_CODES, US)
 from analytical.design import DesignBatch
 from analytical.power_cap import apply_power_limit
 from analytical.specs import AcceleratorSpec, MappingSpec, ModelSpec, SystemSpec
@@ -123,6 +124,8 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "fused_cross_entropy": float(mapping.fused_cross_entropy),
         "recompute_layers": mapping.recompute_layers,
         "grad_reduce_in_fp32": float(mapping.grad_reduce_in_fp32),
+        "optimizer_state_dtype": OPTIMIZER_STATE_DTYPE_CODES[mapping.optimizer_state_dtype],
+        "master_params": MASTER_PARAMS_CODES[mapping.master_params],
         "etp": mapping.etp,
         "fp8_param_gather": float(mapping.fp8_param_gather),
         "cuda_graph": CUDA_GRAPH_CODES[mapping.cuda_graph],

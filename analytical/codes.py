@@ -7,8 +7,9 @@ from enum import IntEnum
 
 import torch
 
-from analytical.specs import (ATTENTION_KERNELS, CNN_ARCHS, CUDA_GRAPHS, DP_MODES, ELEMENTWISE, EP_DISPATCHERS,
-                              FFN_TYPES, MODEL_KINDS, PEAK_FORMATS, PRECISION_FORMAT, PRECISIONS, RECOMPUTE, TOPOLOGIES)
+from analytical.choices import (ATTENTION_KERNELS, CNN_ARCHS, CUDA_GRAPHS, DP_MODES, ELEMENTWISE, EP_DISPATCHERS,
+                                FFN_TYPES, MASTER_PARAMS, MODEL_KINDS, OPTIMIZER_STATE_DTYPES, PEAK_FORMATS,
+                                PRECISION_FORMAT, PRECISIONS, RECOMPUTE, TOPOLOGIES)
 
 DTYPE = torch.float64  # every tensor of the model
 # integer codes of the categorical parameters (a DesignBatch stores them as float64)
@@ -25,6 +26,8 @@ CNN_ARCH_CODES = {name: i + 1 for i, name in enumerate(CNN_ARCHS)}  # 0: not a C
 DP_MODE_CODES = {name: i for i, name in enumerate(DP_MODES)}
 ELEMENTWISE_CODES = {name: i for i, name in enumerate(ELEMENTWISE)}
 ATTENTION_KERNEL_CODES = {name: i for i, name in enumerate(ATTENTION_KERNELS)}
+OPTIMIZER_STATE_DTYPE_CODES = {name: i for i, name in enumerate(OPTIMIZER_STATE_DTYPES)}
+MASTER_PARAMS_CODES = {name: i for i, name in enumerate(MASTER_PARAMS)}
 
 # SI factors of the specs' human units
 TFLOPS = 1e12

@@ -131,6 +131,8 @@ class DesignBatch:
     fused_cross_entropy: torch.Tensor
     recompute_layers: torch.Tensor
     grad_reduce_in_fp32: torch.Tensor
+    optimizer_state_dtype: torch.Tensor  # OPTIMIZER_STATE_DTYPE_CODES: Adam's moments between steps
+    master_params: torch.Tensor  # MASTER_PARAMS_CODES: the optimizer's copy of 16-bit or narrower weights
     etp: torch.Tensor  # 0: as tp
     fp8_param_gather: torch.Tensor  # fp8 primary weights under per-tensor fp8
     cuda_graph: torch.Tensor  # CUDA_GRAPH_CODES

@@ -54,9 +54,9 @@ from analytical.build import single_design
 from analytical.codes import DTYPE, RECOMPUTE_CODES
 from analytical.design import DesignBatch
 from analytical.result import StepResult
-from analytical.specs import (ATTENTION_KERNELS, CUDA_GRAPHS, DP_MODES, ELEMENTWISE, EP_DISPATCHERS,
-                              MEGATRON_RECOMPUTE, PRECISIONS, RECOMPUTE, AcceleratorSpec, MappingSpec, ModelSpec,
-                              SpecError, SystemSpec, _check_choice)
+from analytical.specs import (ATTENTION_KERNELS, CUDA_GRAPHS, DP_MODES, ELEMENTWISE, EP_DISPATCHERS, MASTER_PARAMS,
+                              MEGATRON_RECOMPUTE, OPTIMIZER_STATE_DTYPES, PRECISIONS, RECOMPUTE, AcceleratorSpec,
+                              MappingSpec, ModelSpec, SpecError, SystemSpec, _check_choice)
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.model import evaluate
 
@@ -68,7 +68,7 @@ ZERO_CONFIGS = ((0, 0), (0, 1), (1, 0), (2, 0), (3, 0))
 # MappingSpec fields a search takes as given, through the SearchOptions fields of the same names
 STACK_FIELDS = ("cuda_graph", "fp8_attention", "fp8_param_gather", "grad_reduce_in_fp32", "fused_cross_entropy",
                 "fused_expert_mlp", "elementwise", "attention_kernel", "dp_shard", "moe_capacity_factor",
-                "moe_pad_to_capacity")
+                "moe_pad_to_capacity", "optimizer_state_dtype", "master_params")
 EQUIVALENT_ZERO_CONFIGS = {(1, 0): (0, 1)}
 
 
@@ -98,6 +98,8 @@ class SearchOptions:
     dp_shard: int = MappingSpec.dp_shard
     moe_capacity_factor: float = MappingSpec.moe_capacity_factor  # token dropping, as given
     moe_pad_to_capacity: bool = MappingSpec.moe_pad_to_capacity
+    optimizer_state_dtype: str = MappingSpec.optimizer_state_dtype  # the optimizer's precision, as given
+    master_params: str = MappingSpec.master_params
     max_micro_batch_size: int = 16
     max_vp: int = 8
     all_divisors: bool = False  # micro-batch and vp: every integer up to the cap, not powers of two
@@ -130,7 +132,8 @@ class SearchOptions:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise SpecError("search", name, value, "an integer >= 0")
         for name, choices in (("ep_dispatcher", EP_DISPATCHERS), ("cuda_graph", CUDA_GRAPHS),
-                              ("elementwise", ELEMENTWISE), ("attention_kernel", ATTENTION_KERNELS)):
+                              ("elementwise", ELEMENTWISE), ("attention_kernel", ATTENTION_KERNELS),
+                              ("optimizer_state_dtype", OPTIMIZER_STATE_DTYPES), ("master_params", MASTER_PARAMS)):
             _check_choice("search", self, name, choices)
         if not self.recompute or not self.zero_stages:
             raise SpecError("search", "recompute/zero_stages", (), "at least one value")
@@ -320,7 +323,9 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
         fp8_attention=flag("fp8_attention"), fused_expert_mlp=flag("fused_expert_mlp"),
         elementwise=ELEMENTWISE[num("elementwise")], attention_kernel=ATTENTION_KERNELS[num("attention_kernel")],
         dp_shard=num("dp_shard"), moe_capacity_factor=float(batch.moe_capacity_factor[i]),
-        moe_pad_to_capacity=flag("moe_pad_to_capacity"))
+        moe_pad_to_capacity=flag("moe_pad_to_capacity"),
+        optimizer_state_dtype=OPTIMIZER_STATE_DTYPES[num("optimizer_state_dtype")],
+        master_params=MASTER_PARAMS[num("master_params")])
     return mapping.validate()
 
 

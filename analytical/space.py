@@ -41,7 +41,8 @@ import torch
 from analytical.chip.derive import DerivedChips, derive
 from analytical.chip.spec import CHIP_CATEGORY_CODES, CHIP_FIELDS, IMPLIED_FRACTIONS, ChipBatch, ChipSpec, stack_chips
 from analytical.codes import (CNN_ARCH_CODES, CUDA_GRAPH_CODES, DP_MODE_CODES, DTYPE, EP_DISPATCHER_CODES, FFN_CODES,
-                              KIND_CODES, PRECISION_CODES, RECOMPUTE_CODES, TOPOLOGY_CODES)
+                              KIND_CODES, MASTER_PARAMS_CODES, OPTIMIZER_STATE_DTYPE_CODES, PRECISION_CODES,
+                              RECOMPUTE_CODES, TOPOLOGY_CODES)
 from analytical.design import DesignBatch
 from analytical.result import StepResult
 from analytical.specs import SpecError
@@ -53,6 +54,7 @@ PARAMETER_KINDS = ("continuous", "integer", "log2", "categorical")
 CATEGORY_CODES = {"precision": PRECISION_CODES, "recompute": RECOMPUTE_CODES, "topology": TOPOLOGY_CODES,
                   "kind": KIND_CODES, "ffn_type": FFN_CODES, "ep_dispatcher": EP_DISPATCHER_CODES,
                   "cuda_graph": CUDA_GRAPH_CODES, "cnn_arch": CNN_ARCH_CODES, "dp_mode": DP_MODE_CODES,
+                  "optimizer_state_dtype": OPTIMIZER_STATE_DTYPE_CODES, "master_params": MASTER_PARAMS_CODES,
                   **CHIP_CATEGORY_CODES}
 # human units a config may give bounds in (`unit:`), converted to SI when parsed
 UNITS = {"TFLOP/s": 1e12, "TB/s": 1e12, "GB/s": 1e9, "Gbit/s": 1e9 / 8.0, "GiB": 2.0**30, "MiB": 2.0**20,

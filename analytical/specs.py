@@ -17,45 +17,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from analytical.cnns import CNN_ARCHS
-
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4")
-# Tensor-core number formats with a peak rate of their own; a training precision runs its GEMMs at the peak of its
-# format: mxfp8 (OCP microscaling, 32-element blocks with an e8m0 scale) at fp8's, nvfp4 (16-element blocks with an
-# e4m3 scale) at fp4's (NVIDIA Blackwell architecture brief, 2024).
-PEAK_FORMATS = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp4")
-PRECISION_FORMAT = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8",
-                    "mxfp8": "fp8", "nvfp4": "fp4"}
-FFN_TYPES = ("gelu", "swiglu")
-MODEL_KINDS = ("transformer", "lstm", "gemm", "cnn")
-# Activation recomputation: `selective` is Megatron's (the attention core; with fused attention the norms and MLP
-# activation), `full` every layer's forward, `op` torchtitan's per-op selective checkpointing (selective_ac_option
-# "op": matmul and attention-kernel outputs saved, every other matmul and all element-wise ops recomputed;
-# torchtitan parallelize_llama.py, _custom_policy)
-RECOMPUTE = ("none", "selective", "full", "op")
-# what the mapping search and the validation's `recompute=auto` try unless told otherwise
-MEGATRON_RECOMPUTE = ("none", "selective", "full")
-TOPOLOGIES = ("fat-tree", "rail-optimized", "torus")
-# How an expert-parallel group moves tokens (Megatron-Core moe_token_dispatcher_type / moe_flex_dispatcher_backend):
-# `alltoall` sends one copy of a token per chosen expert; `deepep` (DeepEP) and `hybridep` (HybridEP) send it once to
-# each other scale-up domain holding one of its experts, fanned out inside (DeepSeek-V3, arXiv 2412.19437, 3.2.2)
-EP_DISPATCHERS = ("alltoall", "deepep", "hybridep")
-# How much of a step replays from CUDA graphs (Megatron-Core cuda_graph_impl / cuda_graph_scope): `none` (eager);
-# `partial`, per-layer graphs of some modules (scope attn, moe_router, ...), the experts and dispatch eager; `layer`,
-# whole layers (`enable_cuda_graph`); `full`, the whole step ("full_iteration"). Only `full` takes the host out: rows
-# with whole-layer graphs still show per-layer gaps (the schedule stays on the host): `partial`, `layer` time as `none`
-CUDA_GRAPHS = ("none", "partial", "layer", "full")
-# How data-parallel replicas combine their gradients: `allreduce` (NCCL-style collectives); `ps_sync`, workers push
-# gradients to and pull weights from `ps_shards` parameter-server shards and wait for each other (BSP; with `staleness`
-# s > 0 the stale-synchronous SSP of Ho et al. NIPS 2013); `ps_async`, DistBelief's Downpour SGD (Dean et al. NIPS 2012)
-DP_MODES = ("allreduce", "ps_sync", "ps_async")
-# How a Transformer layer's norms, rotary embedding and gated activation run (analytical.step.eager_ops):
-# `fused` kernels (Megatron-Core / Transformer Engine, or torch.compile); `eager`: the PyTorch ops of torchtitan's
-# Llama block without torch.compile; `eager_fused_norm` with its Triton `fused_rmsnorm` (its 2024-04 default)
-ELEMENTWISE = ("fused", "eager", "eager_fused_norm")
-# Fused attention kernel (analytical.step.kernels.attention_peak): `native`, the generation's own (Transformer Engine's
-# cuDNN kernels, FlashAttention-3 on Hopper); `fa2`, FlashAttention-2 on Ampere's instructions (PyTorch SDPA's flash)
-ATTENTION_KERNELS = ("native", "fa2")
+from analytical.choices import (ATTENTION_KERNELS, CNN_ARCHS, CUDA_GRAPHS, DP_MODES, ELEMENTWISE,  # noqa: F401
+                               EP_DISPATCHERS, FFN_TYPES, MASTER_PARAMS, MEGATRON_RECOMPUTE, MODEL_KINDS,
+                               OPTIMIZER_STATE_DTYPES, PEAK_FORMATS, PRECISION_FORMAT, PRECISIONS, RECOMPUTE,
+                               TOPOLOGIES)
 
 
 class SpecError(ValueError):
@@ -386,6 +351,8 @@ class MappingSpec:
     # grads_in_fp32 with --bf16, arguments.py; FSDP2's reduce_dtype float32 in torchtitan); false: gradients accumulate
     # and reduce in the 16-bit parameter dtype, 2 bytes a parameter (Megatron-Bridge's perf recipes set it False)
     grad_reduce_in_fp32: bool = True
+    optimizer_state_dtype: str = "fp32"  # Adam's moments as kept between steps: one of OPTIMIZER_STATE_DTYPES
+    master_params: str = "fp32"  # the optimizer's copy of 16-bit or narrower weights: one of MASTER_PARAMS
     # expert tensor parallelism: the experts' weights split over etp ranks instead of tp (Megatron-Core expert_tensor_
     # parallel_size; Megatron-Bridge's MoE perf recipes set 1: with tp > 1 each expert is whole on a rank and the ep
     # group spans the tp ranks); 0: etp = tp (Megatron's default)
@@ -420,8 +387,12 @@ class MappingSpec:
             raise SpecError(spec, "fsdp", self.fsdp, "false unless zero_stage is 3 (FSDP shards weights)")
         for name, choices in (("recompute", RECOMPUTE), ("precision", PRECISIONS), ("ep_dispatcher", EP_DISPATCHERS),
                               ("cuda_graph", CUDA_GRAPHS), ("dp_mode", DP_MODES), ("elementwise", ELEMENTWISE),
-                              ("attention_kernel", ATTENTION_KERNELS)):
+                              ("attention_kernel", ATTENTION_KERNELS),
+                              ("optimizer_state_dtype", OPTIMIZER_STATE_DTYPES), ("master_params", MASTER_PARAMS)):
             _check_choice(spec, self, name, choices)
+        if self.master_params != "fp32" and self.precision in ("fp32", "tf32"):
+            raise SpecError(spec, "master_params", self.master_params,
+                            "fp32 unless precision is 16-bit or narrower (fp32 / tf32 training steps its own weights)")
         _check_int(spec, self, ("ps_shards", "staleness"), minimum=0)
         _check_positive(spec, self, ("moe_capacity_factor",), allow_zero=True)
         if self.moe_pad_to_capacity and (self.moe_capacity_factor == 0 or self.ep_dispatcher == "deepep"):

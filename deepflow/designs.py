@@ -28,7 +28,9 @@ from analytical.codes import (
     GB,
     GIB,
     KIND_CODES,
+    MASTER_PARAMS_CODES,
     MIB,
+    OPTIMIZER_STATE_DTYPE_CODES,
     PRECISION_CODES,
     RECOMPUTE_CODES,
     TFLOPS,
@@ -110,6 +112,8 @@ SPEC_FIELDS: dict[str, tuple[str, str, float, Optional[dict]]] = {
     "cuda_graph": ("mapping", "cuda_graph", 1.0, CUDA_GRAPH_CODES),
     "elementwise": ("mapping", "elementwise", 1.0, ELEMENTWISE_CODES),
     "attention_kernel": ("mapping", "attention_kernel", 1.0, ATTENTION_KERNEL_CODES),
+    "optimizer_state_dtype": ("mapping", "optimizer_state_dtype", 1.0, OPTIMIZER_STATE_DTYPE_CODES),
+    "master_params": ("mapping", "master_params", 1.0, MASTER_PARAMS_CODES),
 }
 SPEC_GROUPS = ("hardware", "system", "model", "mapping")
 

@@ -41,6 +41,8 @@ def design_line(accelerator, system, model, mapping) -> str:
             + (f" staleness={mapping.staleness}" if mapping.staleness else "")
             + ("" if mapping.fused_cross_entropy else " fused_cross_entropy=0")
             + ("" if mapping.grad_reduce_in_fp32 else " grad_reduce_in_fp32=0")
+            + (f" optimizer_state_dtype={mapping.optimizer_state_dtype}" if mapping.optimizer_state_dtype != "fp32" else "")
+            + (f" master_params={mapping.master_params}" if mapping.master_params != "fp32" else "")
             + (f" recompute_layers={mapping.recompute_layers}" if mapping.recompute_layers else "")
             + (f" etp={mapping.etp}" if mapping.etp else "")
             + (" fp8_param_gather=1" if mapping.fp8_param_gather else "")

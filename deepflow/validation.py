@@ -139,6 +139,8 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
                           fused_cross_entropy=bool(int(_opt(row, "fused_cross_entropy", 1))),
                           recompute_layers=int(_opt(row, "recompute_layers", 0)),
                           grad_reduce_in_fp32=bool(int(_opt(row, "grad_reduce_in_fp32", 1))),
+                          optimizer_state_dtype=str(_opt(row, "optimizer_state_dtype", "fp32")),
+                          master_params=str(_opt(row, "master_params", "fp32")),
                           fp8_param_gather=bool(int(_opt(row, "fp8_param_gather", 0))),
                           fp8_attention=bool(int(_opt(row, "fp8_attention", 0))),
                           fused_expert_mlp=bool(int(_opt(row, "fused_expert_mlp", 0))),

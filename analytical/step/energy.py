@@ -40,10 +40,10 @@ from analytical.step import collectives as coll
 from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
 from analytical.step.eager_ops import eager_ops
 from analytical.step.kernels import gemm_flops, gemm_hbm_bytes, gemm_sram_bytes
-from analytical.step.memory import (any_fsdp_unsharded, fsdp_keeps_unsharded, full_recompute_share,
-                                    grad_bytes_per_param, hsdp_replicas, op_recompute, optimizer_sharded,
-                                    param_gather_bytes_per_param, recomputed_module_bytes, shard_groups,
-                                    sharded_params, weight_groups)
+from analytical.step.memory import (adam_step_bytes_per_param, any_fsdp_unsharded, fsdp_keeps_unsharded,
+                                    full_recompute_share, grad_bytes_per_param, hsdp_replicas, op_recompute,
+                                    optimizer_sharded, param_gather_bytes_per_param, recomputed_module_bytes,
+                                    shard_groups, sharded_params, weight_groups)
 from analytical.step.workload import (
     GEMM_SLOTS,
     Gemms,
@@ -64,7 +64,6 @@ from analytical.step.workload import (
 
 ENERGY_PARTS = ("compute", "sram", "hbm", "scale_up", "scale_out", "static")
 CORE_SLOTS = [GEMM_SLOTS.index(n) for n in ("attention_scores", "attention_values")]
-ADAM_BYTES_PER_PARAM = 34.0  # as analytical.step.model: fp32 param, grad, m, v read; param, m, v, 16-bit copy written
 
 # Per-unit energies of the silicon (J per FLOP, J per SRAM byte, static power) come from
 # `analytical.chip.silicon`, the one model that derived chips (`analytical.chip.derive`) use too; a preset runs at
@@ -274,7 +273,8 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
 
     micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
     stage_devices = d.tp * d.cp * d.dp
-    optimizer_bytes = sharded_params(d, weight_groups(d, params), optimizer_sharded(d)) * ADAM_BYTES_PER_PARAM
+    optimizer_bytes = sharded_params(d, weight_groups(d, params), optimizer_sharded(d)) \
+        * adam_step_bytes_per_param(d)
     optimizer = {"flops": torch.zeros_like(params), "hbm_bytes": optimizer_bytes, "sram_bytes": optimizer_bytes}
     return {name: micro_batches * stage_devices * (d.num_layers * work[name] + logits[name])
             + stage_devices * d.pp * optimizer[name] for name in work}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from analytical.codes import PRECISION_CODES, RECOMPUTE_CODES
+from analytical.codes import MASTER_PARAMS_CODES, PRECISION_CODES, RECOMPUTE_CODES
 from analytical.design import DesignBatch
 from analytical.step.attention import (any_mla, attention_out_width, attention_width, latent_activation_bytes_per_token,
                                        qkv_projection_width)
@@ -194,10 +194,42 @@ def grad_bytes_per_param(d: DesignBatch) -> torch.Tensor:
     return 4.0 - 2.0 * half.to(d.tp.dtype)
 
 
+MOMENT_BYTES = (4.0, 2.0, 2.0, 1.0)  # an Adam moment in each of OPTIMIZER_STATE_DTYPES: fp32, bf16, fp16, fp8
+MASTER_BYTES = (4.0, 2.0, 2.0, 0.0)  # a weight's optimizer copy in each of MASTER_PARAMS: fp32, fp16, remainder, none
+
+
+@per_evaluation
+def optimizer_state_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """`(master, moment)` `(batch,)` each: bytes of the optimizer's copy of a weight (none when training in fp32 or
+    tf32: the weights are their own) and of each of Adam's two moments; None where every design keeps fp32 ones."""
+    if not bool((d.optimizer_state_dtype + d.master_params).any()):
+        return None
+    table = lambda codes, t: torch.tensor(t, dtype=codes.dtype, device=codes.device)[codes.long()]  # noqa: E731
+    narrow = d.precision > PRECISION_CODES["tf32"]
+    return narrow * table(d.master_params, MASTER_BYTES), table(d.optimizer_state_dtype, MOMENT_BYTES)
+
+
 @per_evaluation
 def optimizer_bytes_per_param(d: DesignBatch) -> torch.Tensor:
-    wide = (d.precision <= PRECISION_CODES["tf32"]).to(d.tp.dtype)
-    return 12.0 - 4.0 * wide  # no separate fp32 master copy when training in fp32
+    """Optimizer state a parameter holds (`(batch,)`): its master copy and Adam's two moments (12 bytes
+    with fp32 ones, 8 when training in fp32)."""
+    state = optimizer_state_bytes(d)
+    return 4.0 * (d.precision > PRECISION_CODES["tf32"]) + 8.0 if state is None else state[0] + 2.0 * state[1]
+
+
+@per_evaluation
+def adam_step_bytes_per_param(d: DesignBatch) -> torch.Tensor:
+    """HBM bytes the Adam step moves for each parameter it updates (`(batch,)`): the fp32 gradient read
+    twice (the step and the global gradient norm), the master copy and both moments read and written,
+    and the training weight written from the master copy, or read and written where the optimizer
+    steps it in place (fp32 training, `master_params` none) or keeps a 16-bit remainder beside it.
+    34 bytes with fp32 master weights and moments under 16-bit training, 32 in fp32."""
+    state = optimizer_state_bytes(d)
+    if state is None:  # 8 + 2 x 4 + 4 x 4 + 2 (16-bit training) or 8 + 4 x 4 + 2 x 4 (fp32): 28 + half the state
+        return 28.0 + 0.5 * optimizer_bytes_per_param(d)
+    (master, moment), narrow = state, d.precision > PRECISION_CODES["tf32"]
+    in_place = (master == 0) | (d.master_params == MASTER_PARAMS_CODES["remainder"])
+    return 8.0 + 2.0 * master + 4.0 * moment + torch.where(narrow, 2.0, 4.0) * (1.0 + in_place.to(master.dtype))
 
 
 @per_evaluation

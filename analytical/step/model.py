@@ -33,11 +33,11 @@ from analytical.step.feasibility import mapping_reasons, peak_for_precision
 from analytical.step.kernels import (attention_peak, flash_attention_time_s, gemm_time_s, host_wait_s,
                                      memory_bound_time_s, offload_wait_s, sixteen_bit_peak, softmax_exp_time_s)
 from analytical.step.memo import memoizing
-from analytical.step.memory import (activation_bytes_per_layer, any_fsdp_unsharded, eager_cross_entropy,
-                                    fsdp_keeps_unsharded, full_recompute_share, grad_bytes_per_param, hsdp_replicas,
-                                    memory_breakdown, op_recompute, optimizer_sharded, param_gather_bytes_per_param,
-                                    params_per_device, recomputed_module_bytes, shard_groups, sharded_params,
-                                    weight_groups)
+from analytical.step.memory import (activation_bytes_per_layer, adam_step_bytes_per_param, any_fsdp_unsharded,
+                                    eager_cross_entropy, fsdp_keeps_unsharded, full_recompute_share,
+                                    grad_bytes_per_param, hsdp_replicas, memory_breakdown, op_recompute,
+                                    optimizer_sharded, param_gather_bytes_per_param, params_per_device,
+                                    recomputed_module_bytes, shard_groups, sharded_params, weight_groups)
 from analytical.step.workload import (GEMM_SLOTS, activation_bytes_per_element, any_expert_tp, any_parameter_server,
                                       attention_core_flops, attention_score_elements, expert_tp, fuse_jobs,
                                       gemm_bytes_per_element, is_kind, is_moe, is_narrow,
@@ -49,7 +49,6 @@ TIME_PARTS = ("forward_compute", "backward_compute", "recompute", "tp_comm", "cp
               "pp_p2p", "dp_comm", "optimizer")
 TP_OVERLAP_SLOTS = [GEMM_SLOTS.index(n) for n in ("qkv", "attention_out", "ffn_up", "ffn_down")]
 CORE_SLOTS = [GEMM_SLOTS.index(n) for n in ("attention_scores", "attention_values")]
-ADAM_BYTES_PER_PARAM = 34.0  # read fp32 param, grad, m, v and write param, m, v, 16-bit copy; + grad norm
 
 
 def gemm_peak_fraction(d: DesignBatch, eff: Efficiency) -> torch.Tensor:
@@ -317,7 +316,7 @@ def _data_parallel_time_s(d: DesignBatch, params, links, micro_batches,
 def _optimizer_time_s(d: DesignBatch, params, eff: Efficiency) -> torch.Tensor:
     """Adam over this device's (possibly sharded) parameters: a memory-bound multi-tensor kernel."""
     opt_params = sharded_params(d, weight_groups(d, params), optimizer_sharded(d))
-    return memory_bound_time_s(opt_params * ADAM_BYTES_PER_PARAM, torch.full_like(d.dp, 4.0),
+    return memory_bound_time_s(opt_params * adam_step_bytes_per_param(d), torch.full_like(d.dp, 4.0),
                                d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
 
 

@@ -375,6 +375,9 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
     fields["moe_pad_to_capacity"] = ((fields["moe_capacity_factor"] > 0) & (fields["ep_dispatcher"] != 1)).to(DTYPE) \
         * ints(0, 1)
     fields["rope_mscale"] = torch.where(ints(0, 3) == 0, 1.3466 * one_, one_)
+    # 16-bit or fp8 Adam moments on a quarter of the designs, a 16-bit or no master copy on another (added last)
+    fields["optimizer_state_dtype"] = torch.where(ints(0, 3) == 0, ints(1, 3), zero)
+    fields["master_params"] = torch.where(ints(0, 3) == 0, ints(1, 3), zero)
     fields["num_layers"] = torch.where(cnn, one_, fields["num_layers"])
     fields["seq_length"] = torch.where(cnn, one_, fields["seq_length"])
     return DesignBatch(**fields)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -273,3 +274,20 @@ def test_hsdp_shard_degree_is_taken_as_given():
     with pytest.raises(SpecError) as info:
         MappingSpec(dp_shard=-8).validate()
     assert info.value.field == "dp_shard"
+
+
+def test_optimizer_precision_is_taken_as_given():
+    """The optimizer's state dtypes come from the options into every mapping found, whose memory then holds
+    bf16 moments and no master copy; a bad value names the field."""
+    lean = SearchOptions(optimizer_state_dtype="bf16", master_params="none")
+    found = best_mappings(a100(), dgx(32), GPT_1P3B, 256, top_k=5, options=lean)
+    assert found.mappings and all(m.optimizer_state_dtype == "bf16" and m.master_params == "none"
+                                  for m in found.mappings)
+    default = best_mappings(a100(), dgx(32), GPT_1P3B, 256, top_k=1)
+    again = dataclasses.replace(default.mappings[0], optimizer_state_dtype="bf16", master_params="none")
+    assert float(evaluate(single_design(a100(), dgx(32), GPT_1P3B, again)).memory_per_device_bytes[0]) \
+        < default.rows[0]["memory_per_device_bytes"]
+    for name, bad in (("optimizer_state_dtype", "fp64"), ("master_params", "bf16")):
+        with pytest.raises(SpecError) as info:
+            dataclasses.replace(lean, **{name: bad}).validate()
+        assert info.value.field == name

@@ -247,3 +247,18 @@ def test_chip_parameters_need_a_chip_and_exclude_derived_fields(template):
     with pytest.raises(SpecError) as info:
         parameters_from_dicts([{"name": "node", "kind": "categorical", "choices": ["N9"]}])
     assert info.value.field == "choices" and "N7" in str(info.value)
+
+
+def test_the_optimizer_precision_is_a_categorical_choice(template):
+    """A space can search Adam's state dtypes by name: the point with bf16 moments and no master copy holds a
+    third of the fp32 point's optimizer memory (4 bytes a parameter against 12) at the same mapping."""
+    params = (Parameter("optimizer_state_dtype", "categorical", choices=("fp32", "bf16")),
+              Parameter("master_params", "categorical", choices=("fp32", "none")))
+    space = DesignSpace("optimizer", params, template).validate()
+    grid = torch.tensor([[0.25, 0.25], [0.75, 0.75]], dtype=torch.float64)
+    values = space.decode(grid)
+    assert values["optimizer_state_dtype"].tolist() == [0.0, 1.0] and values["master_params"].tolist() == [0.0, 3.0]
+    optimizer = space.evaluate(grid).memory_breakdown_bytes["optimizer"]
+    assert float(optimizer[1]) == pytest.approx(float(optimizer[0]) * 4.0 / 12.0, rel=1e-12)
+    with pytest.raises(SpecError, match="one of fp32, fp16, remainder, none"):
+        Parameter("master_params", "categorical", choices=("fp64",)).validate()

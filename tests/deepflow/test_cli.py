@@ -58,6 +58,9 @@ def test_evaluate_fused_cnn_jobs_compares_them_with_serial_ones():
     (("evaluate", "hardware=a100"), "hardware='a100' is not a known preset"),
     (("evaluate", "model.hidden_size=-4"), "model.hidden_size"),
     (("evaluate", "mapping.precision=fp4"), "mapping.precision"),
+    (("evaluate", "mapping.optimizer_state_dtype=fp64"), "mapping.optimizer_state_dtype = 'fp64' is invalid: allowed "
+                                                          "one of fp32, bf16, fp16, fp8"),
+    (("evaluate", "mapping.master_params=none", "mapping.precision=fp32"), "mapping.master_params = 'none'"),
     (("evaluate", "mapping.tpp=2"), "tpp"),
     (("evaluate", "mapping.tp=two"), "mapping.tp"),
     (("evaluate", "output=xml"), "output='xml' is invalid"),

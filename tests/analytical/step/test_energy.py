@@ -106,6 +106,19 @@ def test_terms_of_a_single_gemm_step(a100):
     assert row["energy_j"] == pytest.approx(float(r.energy_j)) and set(row["energy_breakdown"]) == set(PARTS)
 
 
+def test_adam_moves_the_bytes_of_its_state_dtypes(a100):
+    """The single-GEMM step with bf16 moments and no master copy (the optimizer steps the bf16 weight):
+    Adam's HBM and SRAM traffic is 20 bytes a weight instead of 34; the GEMMs' is unchanged."""
+    system, model, mapping = _small_rest()
+    default = evaluate(single_design(a100, system, model, mapping)).energy_breakdown_j
+    d = single_design(a100, system, model, dataclasses.replace(mapping, optimizer_state_dtype="bf16",
+                                                               master_params="none"))
+    lean = evaluate(d).energy_breakdown_j
+    weights = 1024.0 * 2048.0
+    for part, per_byte in (("hbm", d.hbm_energy_j_per_byte), ("sram", d.sram_energy_j_per_byte)):
+        assert float(default[part] - lean[part]) == pytest.approx((34.0 - 20.0) * weights * float(per_byte), rel=1e-9)
+
+
 def test_network_bytes_of_tp_dp_and_pp_groups(a100, make_system, small_gpt):
     """tp = 8 inside a node rides NVLink; dp = 2 across nodes (stride 8) and a pipeline that leaves the
     node ride the NICs. Closed forms of the bytes each level carries in one step."""

@@ -7,10 +7,12 @@ import pytest
 import torch
 
 from analytical import MappingSpec, ModelSpec, evaluate
+from analytical.specs import SpecError
 from analytical.step.memory import (
     MEMORY_PARTS,
     RUNTIME_RESERVE_BYTES,
     activation_bytes_per_layer,
+    adam_step_bytes_per_param,
     in_flight_micro_batches,
     memory_breakdown,
     params_per_device,
@@ -305,3 +307,61 @@ def test_hsdp_shards_the_states_over_dp_shard_ranks_only(a100, make_system, desi
         assert torch.equal(hsdp[part], plain[part]), part
     for part in MEMORY_PARTS:
         assert torch.equal(whole[part], plain[part]), part
+
+
+@pytest.mark.parametrize("state, master, optimizer_bytes, step_bytes", [
+    ("fp32", "fp32", 12.0, 34.0),  # fp32 master weights and moments (Megatron's and ZeRO's default)
+    ("fp32", "remainder", 10.0, 32.0),  # NeMo 1.x / Apex: 16-bit remainders beside the bf16 weights
+    ("bf16", "fp32", 8.0, 26.0),  # Megatron-Core precision-aware optimizer, bf16 moments (DeepSeek-V3)
+    ("bf16", "fp16", 6.0, 22.0),
+    ("bf16", "none", 4.0, 20.0),  # Apex with bf16 states: the optimizer steps the bf16 weights themselves
+    ("fp8", "fp32", 6.0, 22.0),
+])
+def test_optimizer_state_takes_its_dtypes_bytes(a100, make_system, design, llama7b, state, master, optimizer_bytes,
+                                                step_bytes):
+    """Optimizer memory = master copy + two moments, sharded by the distributed optimizer; the Adam step
+    moves 8 bytes of fp32 gradient, the master copy and both moments twice, and the bf16 weight once
+    (twice where the optimizer steps it in place); nothing else of the design moves."""
+    dp = 8
+
+    def run(**changes):
+        mapping = MappingSpec(dp=dp, global_batch_size=dp, distributed_optimizer=True, **changes)
+        d = design(a100, make_system(dp), llama7b, mapping)
+        return d, evaluate(d)
+
+    d, result = run(optimizer_state_dtype=state, master_params=master)
+    _, default = run()
+    p = float(params_per_device(d)[0])
+    assert float(result.memory_breakdown_bytes["optimizer"][0]) == pytest.approx(optimizer_bytes * p / dp, rel=1e-12)
+    assert float(adam_step_bytes_per_param(d)[0]) == step_bytes
+    for part in MEMORY_PARTS:
+        if part != "optimizer":
+            assert torch.equal(result.memory_breakdown_bytes[part], default.memory_breakdown_bytes[part]), part
+    for part, seconds in result.time_breakdown_s.items():
+        if part != "optimizer":
+            assert torch.equal(seconds, default.time_breakdown_s[part]), part
+    assert (float(result.time_breakdown_s["optimizer"][0]) < float(default.time_breakdown_s["optimizer"][0])) \
+        == (step_bytes < 34.0)
+
+
+def test_fp32_training_has_no_separate_master_copy(a100, system, design, llama7b):
+    """fp32 weights are their own master copy: 8 bytes of moments a parameter, and the step reads and
+    writes the fp32 weight (32 bytes) instead of writing a 16-bit copy."""
+    d = design(a100, system, llama7b, MappingSpec(precision="fp32", optimizer_state_dtype="fp32"))
+    p = float(params_per_device(d)[0])
+    assert float(memory_breakdown(d)["optimizer"][0]) == pytest.approx(8.0 * p, rel=1e-12)
+    assert float(adam_step_bytes_per_param(d)[0]) == 32.0
+    bf16_moments = design(a100, system, llama7b, MappingSpec(precision="fp32", optimizer_state_dtype="bf16"))
+    assert float(memory_breakdown(bf16_moments)["optimizer"][0]) == pytest.approx(4.0 * p, rel=1e-12)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"optimizer_state_dtype": "fp64"}, "optimizer_state_dtype"),
+    ({"master_params": "fp8"}, "master_params"),
+    ({"master_params": "none", "precision": "fp32"}, "master_params"),
+    ({"master_params": "remainder", "precision": "tf32"}, "master_params"),
+])
+def test_bad_optimizer_precision_names_the_field(changes, field):
+    with pytest.raises(SpecError) as info:
+        MappingSpec(**changes).validate()
+    assert info.value.field == field

@@ -1,0 +1,58 @@
+"""The allowed values of the specs' categorical fields (`analytical.specs`), with what each one means.
+
+Plain tuples of names, below every other module: `analytical.codes` numbers them for the tensors of a
+`DesignBatch`, the specs check a field against them, the CLI lists them in its errors.
+"""
+
+from __future__ import annotations
+
+from analytical.cnns import CNN_ARCHS  # noqa: F401  (the cnn model kind's networks, a choice like these)
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4")
+# Tensor-core number formats with a peak rate of their own; a training precision runs its GEMMs at the peak of its
+# format: mxfp8 (OCP microscaling, 32-element blocks with an e8m0 scale) at fp8's, nvfp4 (16-element blocks with an
+# e4m3 scale) at fp4's (NVIDIA Blackwell architecture brief, 2024).
+PEAK_FORMATS = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp4")
+PRECISION_FORMAT = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8",
+                    "mxfp8": "fp8", "nvfp4": "fp4"}
+FFN_TYPES = ("gelu", "swiglu")
+MODEL_KINDS = ("transformer", "lstm", "gemm", "cnn")
+# Activation recomputation: `selective` is Megatron's (the attention core; with fused attention the norms and MLP
+# activation), `full` every layer's forward, `op` torchtitan's per-op selective checkpointing (selective_ac_option
+# "op": matmul and attention-kernel outputs saved, every other matmul and all element-wise ops recomputed;
+# torchtitan parallelize_llama.py, _custom_policy)
+RECOMPUTE = ("none", "selective", "full", "op")
+# what the mapping search and the validation's `recompute=auto` try unless told otherwise
+MEGATRON_RECOMPUTE = ("none", "selective", "full")
+TOPOLOGIES = ("fat-tree", "rail-optimized", "torus")
+# How an expert-parallel group moves tokens (Megatron-Core moe_token_dispatcher_type / moe_flex_dispatcher_backend):
+# `alltoall` sends one copy of a token per chosen expert; `deepep` (DeepEP) and `hybridep` (HybridEP) send it once to
+# each other scale-up domain holding one of its experts, fanned out inside (DeepSeek-V3, arXiv 2412.19437, 3.2.2)
+EP_DISPATCHERS = ("alltoall", "deepep", "hybridep")
+# How much of a step replays from CUDA graphs (Megatron-Core cuda_graph_impl / cuda_graph_scope): `none` (eager);
+# `partial`, per-layer graphs of some modules (scope attn, moe_router, ...), the experts and dispatch eager; `layer`,
+# whole layers (`enable_cuda_graph`); `full`, the whole step ("full_iteration"). Only `full` takes the host out: rows
+# with whole-layer graphs still show per-layer gaps (the schedule stays on the host): `partial`, `layer` time as `none`
+CUDA_GRAPHS = ("none", "partial", "layer", "full")
+# How data-parallel replicas combine their gradients: `allreduce` (NCCL-style collectives); `ps_sync`, workers push
+# gradients to and pull weights from `ps_shards` parameter-server shards and wait for each other (BSP; with `staleness`
+# s > 0 the stale-synchronous SSP of Ho et al. NIPS 2013); `ps_async`, DistBelief's Downpour SGD (Dean et al. NIPS 2012)
+DP_MODES = ("allreduce", "ps_sync", "ps_async")
+# How a Transformer layer's norms, rotary embedding and gated activation run (analytical.step.eager_ops):
+# `fused` kernels (Megatron-Core / Transformer Engine, or torch.compile); `eager`: the PyTorch ops of torchtitan's
+# Llama block without torch.compile; `eager_fused_norm` with its Triton `fused_rmsnorm` (its 2024-04 default)
+ELEMENTWISE = ("fused", "eager", "eager_fused_norm")
+# Fused attention kernel (analytical.step.kernels.attention_peak): `native`, the generation's own (Transformer Engine's
+# cuDNN kernels, FlashAttention-3 on Hopper); `fa2`, FlashAttention-2 on Ampere's instructions (PyTorch SDPA's flash)
+ATTENTION_KERNELS = ("native", "fa2")
+# Dtype of Adam's two moments (exp_avg, exp_avg_sq) as kept between steps: Megatron-Core's precision-aware optimizer
+# (`use_precision_aware_optimizer`, `exp_avg_dtype` / `exp_avg_sq_dtype`: fp32, fp16, bf16, fp8; megatron/training/
+# arguments.py), Apex DistributedFusedAdam's `dtype` (NeMo 1.x `optim.dtype`); DeepSeek-V3 (arXiv 2412.19437, 3.3.2)
+# tracks them in bf16. The update itself runs in fp32
+OPTIMIZER_STATE_DTYPES = ("fp32", "bf16", "fp16", "fp8")
+# The optimizer's copy of the weights under 16-bit or narrower training: `fp32` master weights; `fp16` (Megatron-Core
+# precision-aware `main_params_dtype` fp16); `remainder`, the 16 low bits of each fp32 master weight beside its bf16
+# weight (Apex DistributedFusedAdam `store_param_remainders`, NeMo 1.x's default with fp32 states and bf16 weights,
+# megatron_base_model.py); `none`, the optimizer steps the 16-bit weights themselves (Apex `store_params` false with
+# 16-bit states). fp32 / tf32 training steps its fp32 weights: no copy, whatever is set
+MASTER_PARAMS = ("fp32", "fp16", "remainder", "none")
