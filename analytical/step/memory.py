@@ -55,14 +55,20 @@ def params_per_device(d: DesignBatch) -> torch.Tensor:
     models keep a copy of the embedding there when pp > 1).
     """
     dense, expert = layer_params(d)
-    emb_in, emb_out = embedding_params(d)
     layers = stage_layers(d) * (dense / d.tp + expert / (expert_tp(d) * d.ep))
+    return (layers * d.fused_jobs if any_fused(d) else layers) + embedding_params_per_device(d)
+
+
+@per_evaluation
+def embedding_params_per_device(d: DesignBatch) -> torch.Tensor:
+    """The input embedding's and output layer's share of `params_per_device` (`(batch,)`; B fused jobs: B copies)."""
+    emb_in, emb_out = embedding_params(d)
     single_stage = (d.pp == 1).to(d.tp.dtype)
     tied_copy = (emb_out == 0).to(d.tp.dtype) * (1.0 - single_stage) * emb_in
     first = emb_in + single_stage * emb_out
     last = emb_out + tied_copy + single_stage * emb_in
-    per_job = layers + torch.maximum(first, last) / d.tp
-    return per_job * d.fused_jobs if any_fused(d) else per_job  # B fused jobs: B copies
+    per_job = torch.maximum(first, last) / d.tp
+    return per_job * d.fused_jobs if any_fused(d) else per_job
 
 
 @per_evaluation
@@ -421,8 +427,12 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
     logits = local_tokens(d) * d.vocab_size / d.tp * logit_bytes * has_vocabulary(d)
     message = local_tokens(d) * d.hidden_size * elem
     dense, _ = layer_params(d)
-    zero3_prefetch = (zero >= 3).to(params.dtype) * 2.0 * dense / d.tp * weight_bytes_per_param(d)
-    weights = sharded_params(d, groups, zero >= 3) * weight_bytes_per_param(d)
+    zero3, held_bytes = zero >= 3, weight_bytes_per_param(d)
+    zero3_prefetch = zero3 * 2.0 * dense / d.tp * held_bytes
+    # the embedding and the output layer keep their 16-bit weights alone: they never run an fp8 GEMM (Megatron-Core's
+    # output layer is a plain ColumnParallelLinear; torchtitan's float8 conversion skips `output`)
+    embedding = embedding_params_per_device(d) / torch.where(zero3, shard_groups(d, groups)[0][1], 1.0)
+    weights = sharded_params(d, groups, zero3) * held_bytes + embedding * (elem - held_bytes)
     if any_fsdp_unsharded(d):
         # FSDP under a pipeline: unsharded 16-bit weights and gradients for the whole step, no prefetch
         held = fsdp_keeps_unsharded(d)

@@ -10,7 +10,7 @@ import torch
 
 from analytical import Efficiency, MappingSpec, ModelSpec, Reason, SpecError, evaluate
 from analytical.power_cap import capped_operating_point
-from analytical.step.memory import memory_breakdown, params_per_device
+from analytical.step.memory import embedding_params_per_device, memory_breakdown, params_per_device
 from analytical.step.model import gemm_peak_fraction
 from analytical.step.workload import gemm_bytes_per_element, layer_gemms, layer_params, mlp_width
 
@@ -144,9 +144,9 @@ def test_power_limit_is_validated(h100):
 def test_fp8_memory_holds_a_cast_weight_copy(h100, system, design, llama7b):
     d8 = design(h100, system, llama7b, MappingSpec(precision="fp8"))
     d16 = design(h100, system, llama7b, MappingSpec(precision="bf16"))
-    p = float(params_per_device(d8)[0])
+    layers = float(params_per_device(d8)[0] - embedding_params_per_device(d8)[0])  # no cast of the embedding, head
     w8, w16 = float(memory_breakdown(d8)["weights"][0]), float(memory_breakdown(d16)["weights"][0])
-    assert w8 - w16 == pytest.approx(p, rel=1e-12)
+    assert w8 - w16 == pytest.approx(layers, rel=1e-12)
     assert torch.isfinite(evaluate(d8).step_time_s).all()
 
 
@@ -256,13 +256,13 @@ def test_full_recompute_holds_one_rebuilt_layer(h100, system, design, llama7b):
 
 def test_fp8_primary_weights_hold_only_the_fp8_copy(h100, system, design, llama7b):
     """Megatron `fp8_param_gather`: the compute weights exist only in fp8 (1 byte a parameter instead
-    of a bf16 weight and its fp8 cast); nothing changes for bf16 or mxfp8 (Megatron-Core's MoE README:
-    "except MXFP8") or under ZeRO-3 / FSDP."""
+    of a bf16 weight and its fp8 cast; the embedding and output layer keep their bf16 weights); nothing
+    changes for bf16 or mxfp8 (Megatron-Core's MoE README: "except MXFP8") or under ZeRO-3 / FSDP."""
     for precision, saved in (("fp8", 2.0), ("mxfp8", 0.0), ("bf16", 0.0)):
         m = MappingSpec(precision=precision, distributed_optimizer=True)
         plain, primary = (design(h100, system, llama7b, dataclasses.replace(m, fp8_param_gather=flag))
                           for flag in (False, True))
-        p = float(params_per_device(plain)[0])
+        p = float(params_per_device(plain)[0] - embedding_params_per_device(plain)[0])
         w, w8 = (float(memory_breakdown(x)["weights"][0]) for x in (plain, primary))
         assert w - w8 == pytest.approx(saved * p, rel=1e-12)
     zero3 = MappingSpec(precision="fp8", zero_stage=3)

@@ -13,6 +13,7 @@ from analytical.step.memory import (
     RUNTIME_RESERVE_BYTES,
     activation_bytes_per_layer,
     adam_step_bytes_per_param,
+    embedding_params_per_device,
     in_flight_micro_batches,
     memory_breakdown,
     params_per_device,
@@ -66,7 +67,7 @@ def test_pipeline_stage_holds_its_layers_and_an_embedding(a100, make_system, des
     ("fp16", 2, 2, 12),  # ZeRO paper: 2 + 2 + 12 = 16 bytes/param
     ("fp32", 4, 4, 8),
     ("tf32", 4, 4, 8),
-    ("fp8", 3, 4, 12),
+    ("fp8", 3, 4, 12),  # the layers' weights: bf16 and an fp8 cast (the embedding and output layer: bf16 alone)
     ("bf16/16-bit grads", 2, 2, 12),  # Megatron-Bridge recipes: grad_reduce_in_fp32=False
     ("fp8/16-bit grads", 3, 2, 12),
     ("fp32/16-bit grads", 4, 4, 8),  # fp32 parameters: the parameter dtype is fp32
@@ -75,8 +76,10 @@ def test_bytes_per_parameter(h100, system, design, llama7b, precision, weights, 
     precision, _, grads16 = precision.partition("/")
     d = design(h100, system, llama7b, MappingSpec(precision=precision, grad_reduce_in_fp32=not grads16))
     parts = memory_breakdown(d)
-    params = float(params_per_device(d)[0])
-    assert float(parts["weights"][0]) == pytest.approx(weights * params, rel=1e-12)
+    params, embedding = float(params_per_device(d)[0]), float(embedding_params_per_device(d)[0])
+    embedding_bytes = min(weights, 2 if precision in ("fp8", "bf16", "fp16") else 4)
+    want = weights * (params - embedding) + embedding_bytes * embedding
+    assert float(parts["weights"][0]) == pytest.approx(want, rel=1e-12)
     assert float(parts["gradients"][0]) == pytest.approx(grads * params, rel=1e-12)
     assert float(parts["optimizer"][0]) == pytest.approx(optimizer * params, rel=1e-12)
 
@@ -365,3 +368,23 @@ def test_bad_optimizer_precision_names_the_field(changes, field):
     with pytest.raises(SpecError) as info:
         MappingSpec(**changes).validate()
     assert info.value.field == field
+
+
+@pytest.mark.parametrize("changes, layer_bytes", [
+    ({"precision": "fp8"}, 3.0),  # a bf16 weight and its fp8 cast
+    ({"precision": "fp8", "fp8_param_gather": True, "distributed_optimizer": True}, 1.0),  # fp8 primary weights
+    ({"precision": "bf16"}, 2.0),
+])
+def test_embedding_and_output_layer_keep_16_bit_weights_alone(h100, make_system, design, llama7b, changes,
+                                                               layer_bytes):
+    """Only the layers' GEMM weights get an fp8 copy (or exist in fp8 alone): the embedding and the output
+    layer never run an fp8 GEMM and hold their bf16 weights, here over one device and sharded 8 ways by FSDP."""
+    d = design(h100, make_system(1), llama7b, MappingSpec(**changes))
+    p, emb = float(params_per_device(d)[0]), float(embedding_params_per_device(d)[0])
+    assert emb == pytest.approx(2 * 32000 * 4096, rel=1e-12)  # Llama 2 7B: untied 32k x 4096 embedding and head
+    want = (p - emb) * layer_bytes + emb * 2.0
+    assert float(memory_breakdown(d)["weights"][0]) == pytest.approx(want, rel=1e-12)
+    if "fp8_param_gather" not in changes:
+        sharded = design(h100, make_system(8), llama7b, MappingSpec(zero_stage=3, fsdp=True, global_batch_size=8,
+                                                                     **changes))
+        assert float(memory_breakdown(sharded)["weights"][0]) == pytest.approx(want / 8, rel=1e-12)
