@@ -15,7 +15,11 @@ PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4")
 PEAK_FORMATS = ("fp32", "tf32", "fp16", "bf16", "fp8", "fp4")
 PRECISION_FORMAT = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8",
                     "mxfp8": "fp8", "nvfp4": "fp4"}
-FFN_TYPES = ("gelu", "swiglu")
+# A Transformer layer's MLP and the conventions around it (`analytical.step.workload`): `gelu`, GPT-style (biases,
+# LayerNorm, learned positions, tied output embedding, dropout); `swiglu`, LLaMA-style (gated, no biases, RMSNorm,
+# rotary positions, untied output layer, no dropout); `squared_relu`, Nemotron-style: a 2-matrix MLP with relu(x)^2,
+# LayerNorm, no biases, rotary positions, untied output layer, no dropout (NeMo NemotronConfig, Nemotron-4 15B / 340B)
+FFN_TYPES = ("gelu", "swiglu", "squared_relu")
 MODEL_KINDS = ("transformer", "lstm", "gemm", "cnn")
 # Activation recomputation: `selective` is Megatron's (the attention core; with fused attention the norms and MLP
 # activation), `full` every layer's forward, `op` torchtitan's per-op selective checkpointing (selective_ac_option
@@ -38,10 +42,12 @@ CUDA_GRAPHS = ("none", "partial", "layer", "full")
 # gradients to and pull weights from `ps_shards` parameter-server shards and wait for each other (BSP; with `staleness`
 # s > 0 the stale-synchronous SSP of Ho et al. NIPS 2013); `ps_async`, DistBelief's Downpour SGD (Dean et al. NIPS 2012)
 DP_MODES = ("allreduce", "ps_sync", "ps_async")
-# How a Transformer layer's norms, rotary embedding and gated activation run (analytical.step.eager_ops):
+# How a Transformer layer's norms, rotary embedding and MLP activation run (analytical.step.eager_ops):
 # `fused` kernels (Megatron-Core / Transformer Engine, or torch.compile); `eager`: the PyTorch ops of torchtitan's
-# Llama block without torch.compile; `eager_fused_norm` with its Triton `fused_rmsnorm` (its 2024-04 default)
-ELEMENTWISE = ("fused", "eager", "eager_fused_norm")
+# Llama block without torch.compile; `eager_fused_norm` with its Triton `fused_rmsnorm` (its 2024-04 default);
+# `eager_activation`: fused norms and rotary embedding, the MLP's activation as eager PyTorch ops (NeMo 2.x's Nemotron
+# squared ReLU, `torch.pow(relu(x), 2)` without a jit: nemo/collections/llm/fn/activation.py)
+ELEMENTWISE = ("fused", "eager", "eager_fused_norm", "eager_activation")
 # Fused attention kernel (analytical.step.kernels.attention_peak): `native`, the generation's own (Transformer Engine's
 # cuDNN kernels, FlashAttention-3 on Hopper); `fa2`, FlashAttention-2 on Ampere's instructions (PyTorch SDPA's flash)
 ATTENTION_KERNELS = ("native", "fa2")

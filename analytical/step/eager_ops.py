@@ -36,6 +36,15 @@ nothing here.
     reads it) and 3 more backward than one fused kernel.
   Full recompute and per-op checkpointing run the forward's share again (torchtitan's op policy
   recomputes every element-wise op); selective recompute its norms' and activation's share.
+- An eager MLP activation beside fused norms and rotary embedding (`elementwise` eager_activation; with the
+  eager modes above too): NeMo 2.x's Nemotron `squared_relu`, `torch.pow(torch.nn.functional.relu(x), 2)` with
+  its `@torch.jit.script` commented out (nemo/collections/llm/fn/activation.py, v2.2.0 / v2.3.0; NemotronConfig
+  leaves Megatron-Core's `bias_activation_fusion` False, so its MLP calls it as is). Forward, relu writes its
+  output and pow reads it: 2 passes over the up-projection's output beyond one fused kernel, 1 kernel more;
+  backward, `pow_backward` (`grad * (2 * r.pow(1))`: a copy, a scale, a product) and relu's
+  `threshold_backward` move 10 passes where a fused kernel moves 4: 6 more, 3 kernels more. It saves relu's
+  output for pow where a fused kernel saves its input: no more memory. (Megatron-Core's own `squared_relu`
+  and NeMo 1.x's are `@jit_fuser`-compiled: fused.) A gated activation here costs as torchtitan's above.
 - Megatron-Core's unfused RoPE under YaRN (`rope_mscale` != 1, gpt-oss; with fused element-wise modules):
   Transformer Engine's fused RoPE has no attention factor, so Megatron-Core falls back to its unfused
   `_apply_rotary_pos_emb_bshd` (`rope_utils.py` apply_rotary_pos_emb, "mscale ... is not supported by TE's
@@ -66,7 +75,7 @@ from typing import NamedTuple
 
 import torch
 
-from analytical.codes import ELEMENTWISE_CODES
+from analytical.codes import ELEMENTWISE_CODES, FFN_CODES
 from analytical.design import DesignBatch
 from analytical.step.attention import head_dim, is_mla
 from analytical.step.memo import per_evaluation
@@ -91,6 +100,11 @@ NORM_KERNELS = (7.0, 10.0)
 ROPE_PASSES = ((2.0, 4.0), (2.0, 4.0))
 ROPE_KERNELS = (6.0, 6.0)  # queries and keys
 GLU_PASSES = (2.0, 3.0)
+# eager squared ReLU `torch.pow(relu(x), 2)` beyond one fused kernel's read and write (2 passes forward, 4 backward):
+# forward relu writes its output and pow reads it; backward autograd's pow_backward `grad * (2 * r.pow(1))` copies,
+# scales and multiplies (7 passes, 3 kernels) and relu's threshold_backward reads the gradient and its result (3)
+SQUARED_RELU_PASSES = (2.0, 6.0)
+SQUARED_RELU_KERNELS = (1.0, 3.0)
 MEGATRON_ROPE_PASSES = (12.0, 12.0)  # unfused RoPE under YaRN, activation dtype
 MEGATRON_ROPE_KERNELS = (12.0, 12.0)  # queries and keys
 NORM_SAVED_BYTES = 4.0  # eager RMSNorm's saved tensors beyond a fused norm's, per element (`eager_saved_bytes`)
@@ -120,7 +134,7 @@ def rotary_elements(d: DesignBatch) -> torch.Tensor:
 
 def _unfused_rope(d: DesignBatch, elem: torch.Tensor) -> EagerOps:
     """Megatron-Core's unfused RoPE where YaRN's attention factor is not 1 (and element-wise modules fused)."""
-    on = ((d.rope_mscale != 1.0) & (d.elementwise == ELEMENTWISE_CODES["fused"])).to(elem.dtype)
+    on = ((d.rope_mscale != 1.0) & ~_torchtitan_eager(d)).to(elem.dtype)
     bytes_ = on * is_kind(d, "transformer") * rotary_elements(d) * elem
     kernels = on * is_kind(d, "transformer")
     return EagerOps(MEGATRON_ROPE_PASSES[0] * bytes_, MEGATRON_ROPE_PASSES[1] * bytes_,
@@ -132,39 +146,52 @@ def _add(a: EagerOps, b: EagerOps) -> EagerOps:
     return EagerOps(*(getattr(a, f.name) + getattr(b, f.name) for f in dataclasses.fields(EagerOps)))
 
 
+def _torchtitan_eager(d: DesignBatch) -> torch.Tensor:
+    """Where torchtitan's Llama block runs its element-wise modules eagerly (`elementwise` eager or
+    eager_fused_norm), bool `(batch,)`."""
+    return (d.elementwise == ELEMENTWISE_CODES["eager"]) | (d.elementwise == ELEMENTWISE_CODES["eager_fused_norm"])
+
+
 class _EagerModules(NamedTuple):
     """Per layer, micro-batch and device, `(batch,)` each (the shared terms of `_elementwise` and
     `eager_saved_bytes`)."""
-    eager: torch.Tensor  # 1 where a Transformer's element-wise modules run eagerly
+    eager: torch.Tensor  # 1 where a Transformer's rotary embedding and repeat_kv run eagerly (torchtitan)
     norm: torch.Tensor  # 1 where its RMSNorms are eager too (not under `eager_fused_norm`)
     norm_elements: torch.Tensor  # elements the two eager RMSNorms read
     grouped: torch.Tensor  # 1 where grouped-query attention copies keys and values (`repeat_kv`)
-    glu_bytes: torch.Tensor  # bytes of the gated activation's output
+    glu_bytes: torch.Tensor  # bytes of an eager gated activation's output
+    relu2_bytes: torch.Tensor  # bytes of an eager squared ReLU's output
 
 
 def _eager_modules(d: DesignBatch) -> _EagerModules:
     elem = activation_bytes_per_element(d)
-    eager = (d.elementwise != ELEMENTWISE_CODES["fused"]).to(elem.dtype) * is_kind(d, "transformer")
+    transformer = is_kind(d, "transformer")
+    eager = _torchtitan_eager(d) * transformer
     norm = eager * (d.elementwise == ELEMENTWISE_CODES["eager"]).to(elem.dtype)
     norm_elements = norm * 2.0 * local_tokens(d) * d.hidden_size / torch.where(d.sequence_parallel > 0, d.tp, 1.0)
     grouped = eager * ((d.num_kv_heads < d.num_heads) & ~is_mla(d)).to(elem.dtype)
-    glu = eager * is_swiglu(d) * local_tokens(d) * mlp_width(d) / d.tp * elem
-    return _EagerModules(eager, norm, norm_elements, grouped, glu)
+    activation = (d.elementwise != ELEMENTWISE_CODES["fused"]) * transformer * local_tokens(d) * mlp_width(d) / d.tp
+    relu2 = (d.ffn_type == FFN_CODES["squared_relu"]) * activation * elem
+    return _EagerModules(eager, norm, norm_elements, grouped, is_swiglu(d) * activation * elem, relu2)
 
 
 def _elementwise(d: DesignBatch, elem: torch.Tensor) -> EagerOps:
-    """Eager element-wise modules' extra traffic (`elementwise` eager or eager_fused_norm)."""
-    eager, norm, norm_elems, grouped, glu = _eager_modules(d)
+    """Eager element-wise modules' extra traffic (`elementwise` eager, eager_fused_norm or eager_activation)."""
+    eager, norm, norm_elems, grouped, glu, relu2 = _eager_modules(d)
     rope_elems = eager * rotary_elements(d)
     kv_copy = grouped * 2.0 * local_tokens(d) * (d.num_kv_heads + d.num_heads) * head_dim(d) / d.tp * elem
+    activation = GLU_PASSES[0] * glu + SQUARED_RELU_PASSES[0] * relu2
     forward = (_passes_bytes(norm_elems, NORM_PASSES[0], elem) + _passes_bytes(rope_elems, ROPE_PASSES[0], elem)
-               + kv_copy + GLU_PASSES[0] * glu)
+               + kv_copy + activation)
     backward = (_passes_bytes(norm_elems, NORM_PASSES[1], elem) + _passes_bytes(rope_elems, ROPE_PASSES[1], elem)
-                + kv_copy + GLU_PASSES[1] * glu)
-    kernels = norm * NORM_KERNELS[0] + eager * ROPE_KERNELS[0] + 2.0 * grouped + eager * is_swiglu(d)
-    back_kernels = norm * NORM_KERNELS[1] + eager * ROPE_KERNELS[1] + 2.0 * grouped + eager * is_swiglu(d)
+                + kv_copy + GLU_PASSES[1] * glu + SQUARED_RELU_PASSES[1] * relu2)
+    glu_on, relu2_on = (glu > 0).to(elem.dtype), (relu2 > 0).to(elem.dtype)
+    kernels = (norm * NORM_KERNELS[0] + eager * ROPE_KERNELS[0] + 2.0 * grouped + glu_on
+               + SQUARED_RELU_KERNELS[0] * relu2_on)
+    back_kernels = (norm * NORM_KERNELS[1] + eager * ROPE_KERNELS[1] + 2.0 * grouped + glu_on
+                    + SQUARED_RELU_KERNELS[1] * relu2_on)
     # Megatron-style selective recompute re-runs the norms and the activation only
-    modules = _passes_bytes(norm_elems, NORM_PASSES[0], elem) + GLU_PASSES[0] * glu
+    modules = _passes_bytes(norm_elems, NORM_PASSES[0], elem) + activation
     return EagerOps(forward, backward, kernels, back_kernels, recompute_bytes=modules)
 
 
@@ -181,7 +208,7 @@ def eager_saved_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     norms = m.norm_elements * NORM_SAVED_BYTES
     kv_copies = (m.grouped * 2.0 * local_tokens(d) * (d.num_heads - d.num_kv_heads) * head_dim(d) / d.tp
                  * activation_bytes_per_element(d))
-    return norms + kv_copies + m.glu_bytes, norms + m.glu_bytes
+    return norms + kv_copies + m.glu_bytes, norms + m.glu_bytes  # an eager squared ReLU keeps no more than fused
 
 
 @per_evaluation

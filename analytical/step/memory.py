@@ -28,6 +28,7 @@ from analytical.step.workload import (
     ffn_gate_factor,
     gemm_bytes_per_element,
     has_vocabulary,
+    is_gpt_style,
     is_kind,
     is_narrow,
     is_swiglu,
@@ -289,8 +290,8 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
         attention = attention + local_tokens(d) * latent_activation_bytes_per_token(d)
     ffn_tensors = 2.0 + 2.0 * ffn_gate_factor(d)  # gelu: fc1 out, fc2 in; swiglu: gate, up, product
     mlp = ffn_tensors * local_tokens(d) * mlp_width(d) / t
-    # LLaMA-style models train without dropout: no masks (1 byte per element each, 2 of the 10)
-    replicated = replicated - 2.0 * th / sp_div * is_swiglu(d)
+    # LLaMA- and Nemotron-style models train without dropout: no masks (1 byte per element each, 2 of the 10)
+    replicated = replicated - 2.0 * th / sp_div * (1.0 - is_gpt_style(d))
     # narrow GEMMs save their inputs for the weight gradient already cast (Transformer Engine keeps
     # the fp8 copy, not the 16-bit one): the QKV and fc1 inputs (2 of the replicated 10), the
     # output-projection input (2 of attention's) and fc2's input (2 of the MLP's) shrink to their

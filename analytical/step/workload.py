@@ -2,8 +2,9 @@
 
 Every function takes a `DesignBatch` and returns `(batch,)` tensors, or `(batch, slots)` for the
 GEMM table. Transformer conventions: `ffn_type` gelu means GPT-style (biases, LayerNorm, learned
-positions, tied output embedding); swiglu means LLaMA-style (no biases, RMSNorm, rotary positions,
-untied output layer). MoE layers (num_experts > 1) route each token to `top_k` experts.
+positions, tied output embedding, dropout); swiglu means LLaMA-style (no biases, RMSNorm, rotary positions,
+untied output layer, no dropout); squared_relu means Nemotron-style (swiglu's conventions with a 2-matrix
+MLP and LayerNorm). MoE layers (num_experts > 1) route each token to `top_k` experts.
 
 Formulas checked in tests against Narayanan et al. 2021 (FLOPs, eq. 3 and parameter count).
 """
@@ -43,7 +44,15 @@ def is_kind(d: DesignBatch, kind: str) -> torch.Tensor:
 
 @per_evaluation
 def is_swiglu(d: DesignBatch) -> torch.Tensor:
+    """1 where the MLP is gated (SwiGLU: gate and up projections), else 0."""
     return (d.ffn_type == FFN_CODES["swiglu"]).to(d.tp.dtype)
+
+
+@per_evaluation
+def is_gpt_style(d: DesignBatch) -> torch.Tensor:
+    """1 where the layers follow GPT's conventions (`ffn_type` gelu: biases, learned positions, a tied output
+    embedding, dropout), else 0."""
+    return (d.ffn_type == FFN_CODES["gelu"]).to(d.tp.dtype)
 
 
 @per_evaluation
@@ -312,11 +321,10 @@ def layer_params(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """Parameters of one layer: `(dense, expert)`, whole model (not divided by any degree)."""
     tr, lstm = is_kind(d, "transformer"), is_kind(d, "lstm")
     h, f = d.hidden_size, d.ffn_hidden_size
-    gelu = 1.0 - is_swiglu(d)
     qkv_out = (d.num_heads + 2.0 * d.num_kv_heads) * head_dim(d)  # (GPT-style biases; MLA models have none)
     attention = attention_params(d)
-    norms = 2.0 * h * (1.0 + gelu)  # LayerNorm has weight and bias, RMSNorm a weight
-    biases = gelu * (qkv_out + h + f + h)
+    norms = 2.0 * h * (2.0 - is_swiglu(d))  # LayerNorm (GPT, Nemotron) has weight and bias, RMSNorm a weight
+    biases = is_gpt_style(d) * (qkv_out + h + f + h)
     moe = is_moe(d)
     router = moe * h * d.num_experts
     per_expert = (ffn_gate_factor(d) + 1.0) * h * expert_width(d)
@@ -332,7 +340,7 @@ def layer_params(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
 @per_evaluation
 def embedding_params(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """`(input, output)` embedding parameters; GPT-style models tie the output to the input."""
-    gelu_tr = (1.0 - is_swiglu(d)) * is_kind(d, "transformer")
+    gelu_tr = is_gpt_style(d) * is_kind(d, "transformer")
     vh = d.vocab_size * d.hidden_size * has_vocabulary(d)
     return vh + gelu_tr * d.seq_length * d.hidden_size, vh * (1.0 - gelu_tr)
 

@@ -378,6 +378,10 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
     # 16-bit or fp8 Adam moments on a quarter of the designs, a 16-bit or no master copy on another (added last)
     fields["optimizer_state_dtype"] = torch.where(ints(0, 3) == 0, ints(1, 3), zero)
     fields["master_params"] = torch.where(ints(0, 3) == 0, ints(1, 3), zero)
+    # Nemotron-style squared-ReLU MLPs on a quarter of the designs, an eager MLP activation beside fused norms on
+    # another quarter (added last)
+    fields["ffn_type"] = torch.where(ints(0, 3) == 0, 2.0 * one_, fields["ffn_type"])
+    fields["elementwise"] = torch.where(ints(0, 3) == 0, 3.0 * one_, fields["elementwise"])
     fields["num_layers"] = torch.where(cnn, one_, fields["num_layers"])
     fields["seq_length"] = torch.where(cnn, one_, fields["seq_length"])
     return DesignBatch(**fields)

@@ -57,10 +57,16 @@ def test_modern_runs_software_columns_hold_allowed_values():
         assert (by_id[i][2].activation_clamp, by_id[i][2].linear_bias, by_id[i][2].rope_mscale) == (7.0, True, 1.3466)
     assert set(frame.loc[oss, "rope_mscale"]) == {"1.3466"} and set(frame.loc[~oss, "rope_mscale"]) == {""}
     assert sum(spec[3].fused_expert_mlp for spec in rows.specs) == fused.sum()
-    # torchtitan without torch.compile runs its Llama block's element-wise modules eagerly
-    eager = frame["elementwise"] != ""
+    # torchtitan without torch.compile runs its Llama block's element-wise modules eagerly; NeMo 2.x its Nemotron
+    # models' squared ReLU (and nothing else: the Nemotron rows of NeMo 24.07 compile it)
+    eager = frame["elementwise"].isin(["eager", "eager_fused_norm"])
     assert set(frame["elementwise"]) <= {"", *ELEMENTWISE} and eager.sum() >= 5
     assert all(i.startswith("titan-") for i in frame.loc[eager, "id"])
+    activation = frame["elementwise"] == "eager_activation"
+    relu2 = frame["ffn_type"] == "squared_relu"
+    assert activation.sum() == 14 and relu2.sum() == 17 and (relu2 | ~activation).all()
+    assert all(i.startswith(("nemo-25.", "dgxc-v25.05.05-")) for i in frame.loc[activation, "id"])
+    assert not activation[frame["id"].str.startswith("nemo-24.07-")].any()
     assert [spec[3].elementwise for spec in rows.specs] == [v or "fused" for v in frame["elementwise"]]
     # torchtitan's SDPA ran PyTorch's FlashAttention-2 backend (cuDNN opt-in from pytorch/pytorch#138522)
     fa2 = frame["attention_kernel"] == "fa2"

@@ -18,7 +18,8 @@ import torch
 from analytical import MappingSpec, ModelSpec, SpecError, evaluate
 from analytical.search import mapping_from_batch
 from analytical.step.eager_ops import (BIAS_PASSES, CLAMP_PASSES, FP32_BYTES, GLU_PASSES, MEGATRON_ROPE_PASSES,
-                                       NORM_PASSES, NORM_SAVED_BYTES, ROPE_PASSES, eager_ops, eager_saved_bytes)
+                                       NORM_PASSES, NORM_SAVED_BYTES, ROPE_PASSES, SQUARED_RELU_KERNELS,
+                                       SQUARED_RELU_PASSES, eager_ops, eager_saved_bytes)
 from analytical.step.memory import layer_activation_bytes
 from deepflow.presets import load_preset
 
@@ -290,3 +291,33 @@ def test_latent_attention_rotates_its_rotary_part_only(design, b200, system):
     expected = tokens * (dsv3.num_heads + 1) * dsv3.qk_rope_head_dim
     assert float(rotary_elements(design(b200, system, dsv3, mapping))[0]) == pytest.approx(expected)
     assert dsv3.rope_mscale == 1.0  # its YaRN factors cancel (mscale = mscale_all_dim): TE's fused RoPE
+
+
+@pytest.fixture(scope="module")
+def nemotron():
+    return load_preset("model", "nemotron4-15b")
+
+
+def test_an_eager_squared_relu_costs_its_op_sequence(design, run, h100, system, nemotron):
+    """NeMo 2.x's eager `torch.pow(relu(x), 2)` beside fused norms and rotary embedding (`eager_activation`):
+    2 passes over the up-projection's output forward and 6 backward beyond a fused kernel, and nothing else;
+    selective recompute runs its forward share again; it keeps nothing more for the backward pass."""
+    megatron = MappingSpec(tp=2, sequence_parallel=True, micro_batch_size=2, global_batch_size=16, dp=8)
+    ops = eager_ops(design(h100, system, nemotron, with_elementwise("eager_activation", megatron)))
+    up_out = megatron.micro_batch_size * nemotron.seq_length * nemotron.ffn_hidden_size / megatron.tp * 2.0  # bf16
+    assert float(ops.forward_bytes[0]) == pytest.approx(SQUARED_RELU_PASSES[0] * up_out)
+    assert float(ops.backward_bytes[0]) == pytest.approx(SQUARED_RELU_PASSES[1] * up_out)
+    assert (float(ops.forward_kernels[0]), float(ops.backward_kernels[0])) == SQUARED_RELU_KERNELS
+    assert float(ops.recompute_bytes[0]) == pytest.approx(SQUARED_RELU_PASSES[0] * up_out)
+    saved, modules = eager_saved_bytes(design(h100, system, nemotron, with_elementwise("eager_activation", megatron)))
+    assert float(saved[0]) == 0.0 and float(modules[0]) == 0.0
+    # a gated activation under the same mode costs as torchtitan's; a fused one nothing
+    llama_ops = eager_ops(design(h100, system, load_preset("model", "llama3-8b"),
+                                 with_elementwise("eager_activation", megatron)))
+    glu = megatron.micro_batch_size * 8192 * 14336 / megatron.tp * 2.0  # Llama 3 8B: seq 8192, ffn 14336
+    assert float(llama_ops.forward_bytes[0]) == pytest.approx(GLU_PASSES[0] * glu)
+    fused = eager_ops(design(h100, system, nemotron, with_elementwise("fused", megatron)))
+    assert all(float(getattr(fused, f.name)[0]) == 0.0 for f in dataclasses.fields(fused))
+    slow, fast = (float(run(h100, system, nemotron, with_elementwise(v, megatron)).step_time_s[0])
+                  for v in ("eager_activation", "fused"))
+    assert slow > fast

@@ -15,6 +15,7 @@ import torch
 
 from analytical import MappingSpec, ModelSpec
 from analytical.step.memory import activation_bytes_per_layer
+from deepflow.presets import load_preset
 from analytical.step.workload import (
     GEMM_SLOTS,
     active_params,
@@ -171,3 +172,20 @@ def test_head_dim_none_is_hidden_over_heads(a100, system, design, gpt3):
 @pytest.mark.parametrize("precision,nbytes", [("fp32", 4), ("tf32", 4), ("fp16", 2), ("bf16", 2), ("fp8", 1)])
 def test_gemm_bytes_per_element(a100, system, design, gpt3, precision, nbytes):
     assert float(gemm_bytes_per_element(design(a100, system, gpt3, MappingSpec(precision=precision)))[0]) == nbytes
+
+
+def test_nemotron4_conventions_match_the_papers_parameter_counts(h100, system, design):
+    """Squared-ReLU layers follow Nemotron-4's conventions: a 2-matrix MLP, LayerNorm, no biases, untied input and
+    output embeddings, no learned positions. Non-embedding parameters: "12.5 billion" for Nemotron-4 15B
+    (arXiv 2402.16819, section 2), 331.6B for Nemotron-4 340B (arXiv 2406.11704, Table 1)."""
+    for name, layers_b in (("nemotron4-15b", 12.5), ("nemotron4-340b", 331.6)):
+        model = load_preset("model", name)
+        d = design(h100, system, model, MappingSpec())
+        embedding = 2 * model.vocab_size * model.hidden_size  # untied, no position table
+        assert float(total_params(d)[0]) - embedding == pytest.approx(layers_b * 1e9, rel=0.005)
+        # GeLU's MLP width with squared ReLU, but without GPT's biases, tied head, position table or dropout masks
+        gelu = design(h100, system, dataclasses.replace(model, ffn_type="gelu"), MappingSpec())
+        assert float(total_params(gelu)[0]) - float(total_params(d)[0]) == pytest.approx(
+            model.num_layers * (model.hidden_size * (3 + 2 * 8 / model.num_heads) + model.ffn_hidden_size)
+            + model.hidden_size * (model.seq_length - model.vocab_size), rel=1e-9)
+        assert float(activation_bytes_per_layer(d)[0]) < float(activation_bytes_per_layer(gelu)[0])
