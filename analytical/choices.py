@@ -53,12 +53,12 @@ ELEMENTWISE = ("fused", "eager", "eager_fused_norm", "eager_activation")
 ATTENTION_KERNELS = ("native", "fa2")
 # Dtype of Adam's two moments (exp_avg, exp_avg_sq) as kept between steps: Megatron-Core's precision-aware optimizer
 # (`use_precision_aware_optimizer`, `exp_avg_dtype` / `exp_avg_sq_dtype`: fp32, fp16, bf16, fp8; megatron/training/
-# arguments.py), Apex DistributedFusedAdam's `dtype` (NeMo 1.x `optim.dtype`); DeepSeek-V3 (arXiv 2412.19437, 3.3.2)
-# tracks them in bf16. The update itself runs in fp32
+# arguments.py), Apex DistributedFusedAdam's `dtype` (NeMo 1.x `optim.dtype`); DeepSeek-V3 tracks them in bf16 (arXiv
+# 2412.19437, section 3.3 FP8 Training, "Low-Precision Storage and Communication"). The update itself runs in fp32
 OPTIMIZER_STATE_DTYPES = ("fp32", "bf16", "fp16", "fp8")
 # The optimizer's copy of the weights under 16-bit or narrower training: `fp32` master weights; `fp16` (Megatron-Core
 # precision-aware `main_params_dtype` fp16); `remainder`, the 16 low bits of each fp32 master weight beside its bf16
 # weight (Apex DistributedFusedAdam `store_param_remainders`, NeMo 1.x's default with fp32 states and bf16 weights,
 # megatron_base_model.py); `none`, the optimizer steps the 16-bit weights themselves (Apex `store_params` false with
-# 16-bit states). fp32 / tf32 training steps its fp32 weights: no copy, whatever is set
+# 16-bit states). fp32 / tf32 training steps its fp32 weights, no copy: only `fp32` is allowed there
 MASTER_PARAMS = ("fp32", "fp16", "remainder", "none")

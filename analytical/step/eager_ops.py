@@ -133,7 +133,8 @@ def rotary_elements(d: DesignBatch) -> torch.Tensor:
 
 
 def _unfused_rope(d: DesignBatch, elem: torch.Tensor) -> EagerOps:
-    """Megatron-Core's unfused RoPE where YaRN's attention factor is not 1 (and element-wise modules fused)."""
+    """Megatron-Core's unfused RoPE where YaRN's attention factor is not 1 (and the rotary embedding otherwise fused:
+    `elementwise` fused or eager_activation)."""
     on = ((d.rope_mscale != 1.0) & ~_torchtitan_eager(d)).to(elem.dtype)
     bytes_ = on * is_kind(d, "transformer") * rotary_elements(d) * elem
     kernels = on * is_kind(d, "transformer")
