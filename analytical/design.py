@@ -4,11 +4,13 @@
 are integer codes stored as float64 (the `*_CODES` tables of `analytical.codes`).
 `analytical.build.stack_designs` converts lists of human-unit specs (`analytical.specs`) to a
 batch; `DesignBatch.expand`, `index` and `cat` build larger batches without Python loops.
+`memoizing` and `per_evaluation` let one evaluation compute each term derived from a batch once.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -186,3 +188,34 @@ def per_precision(d: DesignBatch, prefix: str, suffix: str) -> torch.Tensor:
     formats = torch.as_tensor(PRECISION_FORMAT_INDEX, dtype=torch.int64, device=d.precision.device)
     index = formats[d.precision.long().clamp(0, len(PRECISIONS) - 1)]
     return table.gather(-1, index.unsqueeze(-1)).squeeze(-1)
+
+
+# ---- per-evaluation memoization of derived terms: `evaluate` computes each derived tensor (the local
+# tokens, a layer's parameters, ...) once per chunk, however many terms use it
+_MEMO = "_per_evaluation_memo"
+
+
+def memoizing(d: DesignBatch) -> DesignBatch:
+    """A private shallow copy of `d` on which `per_evaluation` functions compute each derived
+    tensor once (same tensors, same graph; `step.evaluate` uses one per chunk, so the many terms
+    that need, say, the local tokens or the layer's parameters share one computation)."""
+    copy = object.__new__(type(d))
+    copy.__dict__.update(d.__dict__)
+    copy.__dict__[_MEMO] = {}
+    return copy
+
+
+def per_evaluation(fn):
+    """Memoize `fn(d, *hashable_args)` on a batch made by `memoizing`; other batches compute afresh."""
+
+    @functools.wraps(fn)
+    def wrapper(d, *args, **kwargs):
+        memo = d.__dict__.get(_MEMO)
+        if memo is None or kwargs:
+            return fn(d, *args, **kwargs)
+        key = (fn, *args)
+        if key not in memo:
+            memo[key] = fn(d, *args)
+        return memo[key]
+
+    return wrapper

@@ -361,7 +361,9 @@ class MappingSpec:
     # (`precision: fp8`) the compute weights exist only in fp8, cast from the fp32 master weights, and the distributed
     # optimizer all-gathers them in fp8: 1 byte a parameter held and sent instead of a 16-bit weight plus its fp8 cast
     # (Megatron-Core MoE README, FP8 training: "Eliminate BF16 weight copies", "50% parameter all-gather", "except
-    # MXFP8"). No effect on other precisions or under FSDP (ZeRO-3: NeMo v2.3.0 turns it off with Megatron-FSDP)
+    # MXFP8"). Under FSDP, FSDP2's float8 all-gather (torchtitan `enable_fsdp_float8_all_gather`): each rank casts its
+    # 16-bit shard to fp8 and the gathers move fp8, the sharded weights staying 16-bit. The embedding and output layer
+    # gather 16 bits (no fp8 GEMM runs them). No effect on other precisions or under DeepSpeed's ZeRO-3
     fp8_param_gather: bool = False
     # fp8 attention (Megatron `fp8_dot_product_attention`, Transformer Engine's cuDNN FP8 fused attention): under a
     # narrow precision the fused attention's matmuls run at the fp8 peak. No effect in 16 bits or unfused

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from analytical.design import DesignBatch
-from analytical.step.memo import per_evaluation
+from analytical.design import per_evaluation
 
 
 @per_evaluation

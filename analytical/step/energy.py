@@ -40,10 +40,10 @@ from analytical.step import collectives as coll
 from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
 from analytical.step.eager_ops import eager_ops
 from analytical.step.kernels import gemm_flops, gemm_hbm_bytes, gemm_sram_bytes
-from analytical.step.memory import (adam_step_bytes_per_param, any_fsdp_unsharded, fsdp_keeps_unsharded,
-                                    full_recompute_share, grad_bytes_per_param, hsdp_replicas, op_recompute,
-                                    optimizer_sharded, param_gather_bytes_per_param, recomputed_module_bytes,
+from analytical.step.memory import (any_fsdp_unsharded, fsdp_keeps_unsharded, full_recompute_share, gather_buffers,
+                                    hsdp_replicas, op_recompute, optimizer_sharded, recomputed_module_bytes,
                                     shard_groups, sharded_params, weight_groups)
+from analytical.step.param_bytes import adam_step_bytes_per_param, grad_bytes_per_param
 from analytical.step.workload import (
     GEMM_SLOTS,
     Gemms,
@@ -356,7 +356,7 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     crosses = (d.pp * d.tp * d.cp * d.dp > domain).to(d.tp.dtype)
 
     # as analytical.step.model: one collective per class of weights over the ranks that share them
-    groups, grad, gather = weight_groups(d, params), grad_bytes_per_param(d), param_gather_bytes_per_param(d)
+    groups, grad = weight_groups(d, params), grad_bytes_per_param(d)
     shards = shard_groups(d, groups)  # HSDP: the sharded collectives over the shard group
 
     def over_groups(link_bytes, buffers):
@@ -369,7 +369,7 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
 
     ar = over_groups(all_reduce_link_bytes, [(p * grad, g, s) for p, g, s in groups])
     rs = over_groups(all_gather_link_bytes, [(p * grad, g, s) for p, g, s, _ in shards])
-    ag = over_groups(all_gather_link_bytes, [(p * gather, g, s) for p, g, s, _ in shards])
+    ag = over_groups(all_gather_link_bytes, gather_buffers(d, shards))
     if hsdp_replicas(d) is not None:  # as analytical.step.model: each shard all-reduced over the replicas
         rep = over_groups(all_reduce_link_bytes, [(p * grad / g, r, s * g) for p, g, s, r in shards])
         rs = tuple(a + b for a, b in zip(rs, rep))

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import torch
 
-from analytical.codes import MASTER_PARAMS_CODES, PRECISION_CODES, RECOMPUTE_CODES
+from analytical.codes import RECOMPUTE_CODES
 from analytical.design import DesignBatch
 from analytical.step.attention import (any_mla, attention_out_width, attention_width, latent_activation_bytes_per_token,
                                        qkv_projection_width)
 from analytical.step.cnn import any_cnn, cnn_terms
 from analytical.step.eager_ops import eager_saved_bytes
+from analytical.step.param_bytes import (fp8_gathers, grad_bytes_per_param, optimizer_bytes_per_param,
+                                         param_gather_bytes_per_param, weight_bytes_per_param)
 from analytical.step.workload import (
     activation_bytes_per_element,
     any_fused,
@@ -156,31 +158,15 @@ def sharded_params(d: DesignBatch, groups, shard: torch.Tensor) -> torch.Tensor:
     return kept
 
 
-@per_evaluation
-def fp8_primary_weights(d: DesignBatch) -> torch.Tensor | None:
-    """1.0 where the compute weights exist only in fp8 (`fp8_param_gather` with per-tensor fp8 and no
-    ZeRO-3 / FSDP), else 0.0; None where no design of the batch has them."""
-    if not bool((d.fp8_param_gather > 0).any()):
-        return None
-    on = (d.fp8_param_gather > 0) & (d.precision == PRECISION_CODES["fp8"]) & (d.zero_stage < 3)
-    return on.to(d.tp.dtype)
-
-
-@per_evaluation
-def weight_bytes_per_param(d: DesignBatch) -> torch.Tensor:
-    wide = (d.precision <= PRECISION_CODES["tf32"]).to(d.tp.dtype)
-    held = 2.0 + 2.0 * wide + is_narrow(d) * gemm_bytes_per_element(d)  # narrow: a bf16 weight and its cast copy
-    fp8_only = fp8_primary_weights(d)
-    return held if fp8_only is None else held - 2.0 * fp8_only  # fp8 primary weights: the fp8 copy alone
-
-
-@per_evaluation
-def param_gather_bytes_per_param(d: DesignBatch) -> torch.Tensor:
-    """Bytes a parameter the distributed optimizer (or ZeRO) all-gathers after the step: the 16-bit
-    (fp32: 32-bit) training dtype, 1 with fp8 primary weights."""
-    elem = activation_bytes_per_element(d)
-    fp8_only = fp8_primary_weights(d)
-    return elem if fp8_only is None else elem - (elem - 1.0) * fp8_only
+def gather_buffers(d: DesignBatch, shards) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """`(bytes, shard, stride)` of each weight class's all-gather (`shard_groups` order): its weights at
+    `param_gather_bytes_per_param`, where fp8 gathers leave the embedding and output layer (in the dense class,
+    the first) at their 16-bit dtype: no fp8 GEMM runs them."""
+    gather = param_gather_bytes_per_param(d)
+    out = [(p * gather, g, s) for p, g, s, _ in shards]
+    if fp8_gathers(d) is not None:
+        out[0] = (out[0][0] + embedding_params_per_device(d) * (activation_bytes_per_element(d) - gather),) + out[0][1:]
+    return out
 
 
 @per_evaluation
@@ -188,55 +174,6 @@ def optimizer_sharded(d: DesignBatch) -> torch.Tensor:
     """Where the optimizer state is sharded over the data-parallel group (ZeRO >= 1 or Megatron's
     distributed optimizer); bool `(batch,)`."""
     return (d.zero_stage >= 1) | (d.distributed_optimizer > 0)
-
-
-@per_evaluation
-def grad_bytes_per_param(d: DesignBatch) -> torch.Tensor:
-    """Bytes of each gradient as accumulated and reduced (`(batch,)`): fp32 when training in fp32 or
-    tf32; the fp16 parameter dtype under fp16; fp32 main gradients for bf16 and narrower GEMMs unless
-    `grad_reduce_in_fp32` is off, then the bf16 parameter dtype."""
-    half = d.precision == PRECISION_CODES["fp16"]
-    if not bool((d.grad_reduce_in_fp32 > 0).all()):
-        half = half | ((d.precision > PRECISION_CODES["tf32"]) & (d.grad_reduce_in_fp32 == 0))
-    return 4.0 - 2.0 * half.to(d.tp.dtype)
-
-
-MOMENT_BYTES = (4.0, 2.0, 2.0, 1.0)  # an Adam moment in each of OPTIMIZER_STATE_DTYPES: fp32, bf16, fp16, fp8
-MASTER_BYTES = (4.0, 2.0, 2.0, 0.0)  # a weight's optimizer copy in each of MASTER_PARAMS: fp32, fp16, remainder, none
-
-
-@per_evaluation
-def optimizer_state_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """`(master, moment)` `(batch,)` each: bytes of the optimizer's copy of a weight (none when training in fp32 or
-    tf32: the weights are their own) and of each of Adam's two moments; None where every design keeps fp32 ones."""
-    if not bool((d.optimizer_state_dtype + d.master_params).any()):
-        return None
-    table = lambda codes, t: torch.tensor(t, dtype=codes.dtype, device=codes.device)[codes.long()]  # noqa: E731
-    narrow = d.precision > PRECISION_CODES["tf32"]
-    return narrow * table(d.master_params, MASTER_BYTES), table(d.optimizer_state_dtype, MOMENT_BYTES)
-
-
-@per_evaluation
-def optimizer_bytes_per_param(d: DesignBatch) -> torch.Tensor:
-    """Optimizer state a parameter holds (`(batch,)`): its master copy and Adam's two moments (12 bytes
-    with fp32 ones, 8 when training in fp32)."""
-    state = optimizer_state_bytes(d)
-    return 4.0 * (d.precision > PRECISION_CODES["tf32"]) + 8.0 if state is None else state[0] + 2.0 * state[1]
-
-
-@per_evaluation
-def adam_step_bytes_per_param(d: DesignBatch) -> torch.Tensor:
-    """HBM bytes the Adam step moves for each parameter it updates (`(batch,)`): the fp32 gradient read
-    twice (the step and the global gradient norm), the master copy and both moments read and written,
-    and the training weight written from the master copy, or read and written where the optimizer
-    steps it in place (fp32 training, `master_params` none) or keeps a 16-bit remainder beside it.
-    34 bytes with fp32 master weights and moments under 16-bit training, 32 in fp32."""
-    state = optimizer_state_bytes(d)
-    if state is None:  # 8 + 2 x 4 + 4 x 4 + 2 (16-bit training) or 8 + 4 x 4 + 2 x 4 (fp32): 28 + half the state
-        return 28.0 + 0.5 * optimizer_bytes_per_param(d)
-    (master, moment), narrow = state, d.precision > PRECISION_CODES["tf32"]
-    in_place = (master == 0) | (d.master_params == MASTER_PARAMS_CODES["remainder"])
-    return 8.0 + 2.0 * master + 4.0 * moment + torch.where(narrow, 2.0, 4.0) * (1.0 + in_place.to(master.dtype))
 
 
 @per_evaluation
@@ -429,7 +366,10 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
     message = local_tokens(d) * d.hidden_size * elem
     dense, _ = layer_params(d)
     zero3, held_bytes = zero >= 3, weight_bytes_per_param(d)
-    zero3_prefetch = zero3 * 2.0 * dense / d.tp * held_bytes
+    # ZeRO-3 / FSDP prefetch: two blocks' gathered weights (fp8 where FSDP2 gathers float8)
+    prefetch_bytes = held_bytes if fp8_gathers(d) is None else torch.where(
+        fp8_gathers(d) > 0, param_gather_bytes_per_param(d), held_bytes)
+    zero3_prefetch = zero3 * 2.0 * dense / d.tp * prefetch_bytes
     # the embedding and the output layer keep their 16-bit weights alone: they never run an fp8 GEMM (Megatron-Core's
     # output layer is a plain ColumnParallelLinear; torchtitan's float8 conversion skips `output`)
     embedding = embedding_params_per_device(d) / torch.where(zero3, shard_groups(d, groups)[0][1], 1.0)

@@ -32,12 +32,12 @@ from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
 from analytical.step.kernels import (attention_peak, flash_attention_time_s, gemm_time_s, host_wait_s,
                                      memory_bound_time_s, offload_wait_s, sixteen_bit_peak, softmax_exp_time_s)
-from analytical.step.memo import memoizing
-from analytical.step.memory import (activation_bytes_per_layer, adam_step_bytes_per_param, any_fsdp_unsharded,
-                                    eager_cross_entropy, fsdp_keeps_unsharded, full_recompute_share,
-                                    grad_bytes_per_param, hsdp_replicas, memory_breakdown, op_recompute,
-                                    optimizer_sharded, param_gather_bytes_per_param, params_per_device,
+from analytical.design import memoizing
+from analytical.step.memory import (activation_bytes_per_layer, any_fsdp_unsharded, eager_cross_entropy,
+                                    fsdp_keeps_unsharded, full_recompute_share, gather_buffers, hsdp_replicas,
+                                    memory_breakdown, op_recompute, optimizer_sharded, params_per_device,
                                     recomputed_module_bytes, shard_groups, sharded_params, weight_groups)
+from analytical.step.param_bytes import adam_step_bytes_per_param, grad_bytes_per_param
 from analytical.step.workload import (GEMM_SLOTS, activation_bytes_per_element, any_expert_tp, any_parameter_server,
                                       attention_core_flops, attention_score_elements, expert_tp, fuse_jobs,
                                       gemm_bytes_per_element, is_kind, is_moe, is_narrow,
@@ -283,7 +283,7 @@ def _data_parallel_time_s(d: DesignBatch, params, links, micro_batches,
     # context-parallel ranks hold the same weights: gradients are reduced and the optimizer state sharded over
     # dp x cp (Megatron-Core's data-parallel-with-context group; torchtitan's dp_shard_cp); experts over their own
     # replicas (`memory.weight_groups`), one collective per class
-    groups, grad, gather = weight_groups(d, params), grad_bytes_per_param(d), param_gather_bytes_per_param(d)
+    groups, grad = weight_groups(d, params), grad_bytes_per_param(d)
     grads, shards = [(p * grad, g, s) for p, g, s in groups], shard_groups(d, groups)
 
     def over_groups(collective, buffers):
@@ -298,7 +298,7 @@ def _data_parallel_time_s(d: DesignBatch, params, links, micro_batches,
     rs = over_groups(coll.group_all_gather_time_s, [(p * grad, g, s) for p, g, s, _ in shards])
     if hsdp_replicas(d) is not None:  # each reduce-scatter's shard all-reduced over the replicas (where HSDP)
         rs = rs + over_groups(coll.group_all_reduce_time_s, [(p * grad / g, r, s * g) for p, g, s, r in shards])
-    ag = over_groups(coll.group_all_gather_time_s, [(p * gather, g, s) for p, g, s, _ in shards])  # 16-bit or fp8
+    ag = over_groups(coll.group_all_gather_time_s, gather_buffers(d, shards))  # 16-bit or fp8
     z, sharded = d.zero_stage, optimizer_sharded(d).to(d.tp.dtype)
     zero3_slowdown = torch.where(d.fsdp > 0, 1.0, 1.0 / eff.zero3_comm_fraction)
     zero3 = micro_batches * (2.0 * ag + rs) * zero3_slowdown

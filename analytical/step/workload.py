@@ -20,7 +20,7 @@ from analytical.design import DesignBatch
 from analytical.step.attention import (attention_out_width, attention_params, attention_width, head_dim,
                                        qk_head_dim, qkv_projection_width, value_head_dim)
 from analytical.step.cnn import any_cnn, cnn_terms
-from analytical.step.memo import per_evaluation
+from analytical.design import per_evaluation
 
 GEMM_SLOTS = ("qkv", "attention_scores", "attention_values", "attention_out", "ffn_up", "ffn_down",
               "router", "recurrent")

@@ -124,8 +124,9 @@ def test_expert_replicas_one_per_node_reduce_through_the_nic(design, h100, make_
     """ep 8 inside each node of 8, dp 32: each expert shard has 4 replicas, one per node, so its
     gradients are reduce-scattered and its weights gathered across the 4 nodes through each GPU's
     NIC in full ((n-1)/n of the bytes), not first inside the node as the dense weights are."""
-    from analytical.step.memo import memoizing
-    from analytical.step.memory import expert_params_per_device, grad_bytes_per_param
+    from analytical.design import memoizing
+    from analytical.step.memory import expert_params_per_device
+    from analytical.step.param_bytes import grad_bytes_per_param
     from analytical.step.model import _links
 
     system = make_system(32)

@@ -9,7 +9,7 @@ import torch
 
 import analytical.step.model as step
 from analytical import DEFAULT_EFFICIENCY, MappingSpec, evaluate
-from analytical.step.memo import memoizing
+from analytical.design import memoizing
 from analytical.step.workload import layer_params
 
 

@@ -12,12 +12,12 @@ from analytical.step.memory import (
     MEMORY_PARTS,
     RUNTIME_RESERVE_BYTES,
     activation_bytes_per_layer,
-    adam_step_bytes_per_param,
     embedding_params_per_device,
     in_flight_micro_batches,
     memory_breakdown,
     params_per_device,
 )
+from analytical.step.param_bytes import adam_step_bytes_per_param
 from analytical.step.workload import total_params
 
 

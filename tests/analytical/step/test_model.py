@@ -426,7 +426,7 @@ def test_hsdp_data_parallel_time_is_its_shard_collectives_and_the_replicas_all_r
     all-reduce one eighth of the gradients across the nodes (stride 8), once a step. Exposed as a whole
     (no overlap): the closed form from the placed collectives."""
     from analytical.step import collectives as coll
-    from analytical.step.memo import memoizing
+    from analytical.design import memoizing
     from analytical.step.memory import params_per_device
     from analytical.step.efficiency import DEFAULT_EFFICIENCY
     from analytical.step.model import _links
