@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from analytical.design import DesignBatch
-from analytical.design import per_evaluation
+from analytical.design import DesignBatch, per_evaluation
 
 
 @per_evaluation

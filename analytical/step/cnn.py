@@ -23,8 +23,7 @@ import torch
 
 from analytical.cnns import ARCHITECTURES, CLASSES, Add, Block, Conv, Linear, Network, Pool, Transform
 from analytical.codes import CNN_ARCH_CODES, KIND_CODES
-from analytical.design import DesignBatch
-from analytical.design import per_evaluation
+from analytical.design import DesignBatch, per_evaluation
 
 # GEMM slots of the widest network (convolutions and FC layers)
 MAX_SLOTS = max(sum(isinstance(op, (Conv, Linear, Transform)) for op in net.ops) for net in ARCHITECTURES.values())

@@ -76,9 +76,8 @@ from typing import NamedTuple
 import torch
 
 from analytical.codes import ELEMENTWISE_CODES, FFN_CODES
-from analytical.design import DesignBatch
+from analytical.design import DesignBatch, per_evaluation
 from analytical.step.attention import head_dim, is_mla
-from analytical.design import per_evaluation
 from analytical.step.workload import (
     activation_bytes_per_element,
     is_kind,

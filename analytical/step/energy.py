@@ -41,7 +41,7 @@ from analytical.step.attention import any_mla, attention_width, head_dim, is_mla
 from analytical.step.eager_ops import eager_ops
 from analytical.step.kernels import gemm_flops, gemm_hbm_bytes, gemm_sram_bytes
 from analytical.step.memory import (any_fsdp_unsharded, fsdp_keeps_unsharded, full_recompute_share, gather_buffers,
-                                    hsdp_replicas, op_recompute, optimizer_sharded, recomputed_module_bytes,
+                                    op_recompute, optimizer_sharded, recomputed_module_bytes, reduce_buffers,
                                     shard_groups, sharded_params, weight_groups)
 from analytical.step.param_bytes import adam_step_bytes_per_param, grad_bytes_per_param
 from analytical.step.workload import (
@@ -368,11 +368,11 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
         return up, out
 
     ar = over_groups(all_reduce_link_bytes, [(p * grad, g, s) for p, g, s in groups])
-    rs = over_groups(all_gather_link_bytes, [(p * grad, g, s) for p, g, s, _ in shards])
+    scatter, replicas = reduce_buffers(d, shards)
+    rs = over_groups(all_gather_link_bytes, scatter)
     ag = over_groups(all_gather_link_bytes, gather_buffers(d, shards))
-    if hsdp_replicas(d) is not None:  # as analytical.step.model: each shard all-reduced over the replicas
-        rep = over_groups(all_reduce_link_bytes, [(p * grad / g, r, s * g) for p, g, s, r in shards])
-        rs = tuple(a + b for a, b in zip(rs, rep))
+    if replicas is not None:  # as analytical.step.model: each shard all-reduced over the replicas
+        rs = tuple(a + b for a, b in zip(rs, over_groups(all_reduce_link_bytes, replicas)))
     z = d.zero_stage
     sharded = optimizer_sharded(d).to(d.tp.dtype)
     # ZeRO-3 gathers and scatters per micro-batch, once a step where FSDP holds the weights under a pipeline

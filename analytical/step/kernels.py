@@ -142,9 +142,15 @@ def host_wait_s(forward_s: torch.Tensor, backward_s: torch.Tensor, moe: torch.Te
     Where the 1F1B expert-parallel overlap merges a forward and a backward (`merged` 1), the pair
     waits as one, charged to the backward (where that overlap charges its exposed dispatch).
     """
-    floor = eager * moe * eff.moe_layer_host_s
-    pair = torch.relu(2.0 * floor - forward_s - backward_s)
-    wait_fwd, wait_bwd = torch.relu(floor - forward_s), torch.relu(floor - backward_s)
+    return _outlasting(eager * moe * eff.moe_layer_host_s, forward_s, backward_s, merged)
+
+
+def _outlasting(busy_s: torch.Tensor, forward_s: torch.Tensor, backward_s: torch.Tensor,
+                merged: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(forward, backward)` time by which `busy_s`, run beside each of a layer's passes, outlasts it; where a
+    forward and a backward run as one unit (`merged` 1), `2 busy_s` beside the pair, charged to the backward."""
+    pair = torch.relu(2.0 * busy_s - forward_s - backward_s)
+    wait_fwd, wait_bwd = torch.relu(busy_s - forward_s), torch.relu(busy_s - backward_s)
     return torch.where(merged > 0, 0.0, wait_fwd), torch.where(merged > 0, pair, wait_bwd)
 
 
@@ -185,6 +191,4 @@ def offload_wait_s(bytes_: torch.Tensor, host_bw_bytes_per_s: torch.Tensor, forw
     (`merged` 1: the 1F1B expert-parallel overlap), both copies hide behind the pair, charged to the
     backward as `host_wait_s` charges it. A link of 0 prices nothing."""
     copy = torch.where(host_bw_bytes_per_s > 0, bytes_ / torch.clamp_min(host_bw_bytes_per_s, 1.0), 0.0)
-    pair = torch.relu(2.0 * copy - forward_s - backward_s)
-    wait_fwd, wait_bwd = torch.relu(copy - forward_s), torch.relu(copy - backward_s)
-    return torch.where(merged > 0, 0.0, wait_fwd), torch.where(merged > 0, pair, wait_bwd)
+    return _outlasting(copy, forward_s, backward_s, merged)

@@ -158,6 +158,17 @@ def sharded_params(d: DesignBatch, groups, shard: torch.Tensor) -> torch.Tensor:
     return kept
 
 
+def reduce_buffers(d: DesignBatch, shards) -> tuple[list[tuple], list[tuple] | None]:
+    """`(scatter, replicas)`: `(bytes, group, stride)` of each weight class's gradient reduce-scatter over its
+    shard group (`shard_groups` order), and under HSDP the all-reduce of each reduced shard over the replicas
+    (shard x stride apart); replicas None where no design of the batch has HSDP."""
+    grad = grad_bytes_per_param(d)
+    scatter = [(p * grad, g, s) for p, g, s, _ in shards]
+    if hsdp_replicas(d) is None:
+        return scatter, None
+    return scatter, [(p * grad / g, r, s * g) for p, g, s, r in shards]
+
+
 def gather_buffers(d: DesignBatch, shards) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """`(bytes, shard, stride)` of each weight class's all-gather (`shard_groups` order): its weights at
     `param_gather_bytes_per_param`, where fp8 gathers leave the embedding and output layer (in the dense class,

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from analytical.codes import CUDA_GRAPH_CODES, DP_MODE_CODES, RECOMPUTE_CODES, Reason
-from analytical.design import DesignBatch
+from analytical.design import DesignBatch, memoizing
 from analytical.result import StepResult
 from analytical.step import collectives as coll
 from analytical.step import energy
@@ -32,11 +32,10 @@ from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
 from analytical.step.kernels import (attention_peak, flash_attention_time_s, gemm_time_s, host_wait_s,
                                      memory_bound_time_s, offload_wait_s, sixteen_bit_peak, softmax_exp_time_s)
-from analytical.design import memoizing
 from analytical.step.memory import (activation_bytes_per_layer, any_fsdp_unsharded, eager_cross_entropy,
-                                    fsdp_keeps_unsharded, full_recompute_share, gather_buffers, hsdp_replicas,
-                                    memory_breakdown, op_recompute, optimizer_sharded, params_per_device,
-                                    recomputed_module_bytes, shard_groups, sharded_params, weight_groups)
+                                    fsdp_keeps_unsharded, full_recompute_share, gather_buffers, memory_breakdown,
+                                    op_recompute, optimizer_sharded, params_per_device, recomputed_module_bytes,
+                                    reduce_buffers, shard_groups, sharded_params, weight_groups)
 from analytical.step.param_bytes import adam_step_bytes_per_param, grad_bytes_per_param
 from analytical.step.workload import (GEMM_SLOTS, activation_bytes_per_element, any_expert_tp, any_parameter_server,
                                       attention_core_flops, attention_score_elements, expert_tp, fuse_jobs,
@@ -295,9 +294,10 @@ def _data_parallel_time_s(d: DesignBatch, params, links, micro_batches,
                                                        d.ps_server_bw_bytes_per_s * eff.scale_out_bw_fraction,
                                                        d.ps_server_sum_bytes_per_s) for b, g, s in grads)
         ar = torch.where(d.dp_mode > 0, ps, ar)
-    rs = over_groups(coll.group_all_gather_time_s, [(p * grad, g, s) for p, g, s, _ in shards])
-    if hsdp_replicas(d) is not None:  # each reduce-scatter's shard all-reduced over the replicas (where HSDP)
-        rs = rs + over_groups(coll.group_all_reduce_time_s, [(p * grad / g, r, s * g) for p, g, s, r in shards])
+    scatter, replicas = reduce_buffers(d, shards)
+    rs = over_groups(coll.group_all_gather_time_s, scatter)
+    if replicas is not None:  # each reduce-scatter's shard all-reduced over the replicas (where HSDP)
+        rs = rs + over_groups(coll.group_all_reduce_time_s, replicas)
     ag = over_groups(coll.group_all_gather_time_s, gather_buffers(d, shards))  # 16-bit or fp8
     z, sharded = d.zero_stage, optimizer_sharded(d).to(d.tp.dtype)
     zero3_slowdown = torch.where(d.fsdp > 0, 1.0, 1.0 / eff.zero3_comm_fraction)

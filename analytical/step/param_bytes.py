@@ -13,24 +13,6 @@ from analytical.step.workload import activation_bytes_per_element, gemm_bytes_pe
 
 
 @per_evaluation
-def fp8_primary_weights(d: DesignBatch) -> torch.Tensor | None:
-    """1.0 where the compute weights exist only in fp8 (`fp8_param_gather` with per-tensor fp8 and no
-    ZeRO-3 / FSDP), else 0.0; None where no design of the batch has them."""
-    if not bool((d.fp8_param_gather > 0).any()):
-        return None
-    on = (d.fp8_param_gather > 0) & (d.precision == PRECISION_CODES["fp8"]) & (d.zero_stage < 3)
-    return on.to(d.tp.dtype)
-
-
-@per_evaluation
-def weight_bytes_per_param(d: DesignBatch) -> torch.Tensor:
-    wide = (d.precision <= PRECISION_CODES["tf32"]).to(d.tp.dtype)
-    held = 2.0 + 2.0 * wide + is_narrow(d) * gemm_bytes_per_element(d)  # narrow: a bf16 weight and its cast copy
-    fp8_only = fp8_primary_weights(d)
-    return held if fp8_only is None else held - 2.0 * fp8_only  # fp8 primary weights: the fp8 copy alone
-
-
-@per_evaluation
 def fp8_gathers(d: DesignBatch) -> torch.Tensor | None:
     """1.0 where the weights' all-gathers move fp8 (`fp8_param_gather` with per-tensor fp8): the fp8 primary
     weights of Megatron's distributed optimizer (`fp8_primary_weights`) or, under FSDP, FSDP2's float8
@@ -40,6 +22,22 @@ def fp8_gathers(d: DesignBatch) -> torch.Tensor | None:
         return None
     on = (d.fp8_param_gather > 0) & (d.precision == PRECISION_CODES["fp8"]) & ((d.zero_stage < 3) | (d.fsdp > 0))
     return on.to(d.tp.dtype)
+
+
+@per_evaluation
+def fp8_primary_weights(d: DesignBatch) -> torch.Tensor | None:
+    """1.0 where the compute weights exist only in fp8 (`fp8_gathers` without ZeRO-3 / FSDP: Megatron's
+    distributed optimizer gathers them so), else 0.0; None where no design of the batch has them."""
+    fp8 = fp8_gathers(d)
+    return None if fp8 is None else fp8 * (d.zero_stage < 3)
+
+
+@per_evaluation
+def weight_bytes_per_param(d: DesignBatch) -> torch.Tensor:
+    wide = (d.precision <= PRECISION_CODES["tf32"]).to(d.tp.dtype)
+    held = 2.0 + 2.0 * wide + is_narrow(d) * gemm_bytes_per_element(d)  # narrow: a bf16 weight and its cast copy
+    fp8_only = fp8_primary_weights(d)
+    return held if fp8_only is None else held - 2.0 * fp8_only  # fp8 primary weights: the fp8 copy alone
 
 
 @per_evaluation

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 import torch
 
 from analytical.codes import FFN_CODES, KIND_CODES, PRECISION_CODES
-from analytical.design import DesignBatch
+from analytical.design import DesignBatch, per_evaluation
 from analytical.step.attention import (attention_out_width, attention_params, attention_width, head_dim,
                                        qk_head_dim, qkv_projection_width, value_head_dim)
 from analytical.step.cnn import any_cnn, cnn_terms
-from analytical.design import per_evaluation
 
 GEMM_SLOTS = ("qkv", "attention_scores", "attention_values", "attention_out", "ffn_up", "ffn_down",
               "router", "recurrent")
@@ -340,9 +339,9 @@ def layer_params(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
 @per_evaluation
 def embedding_params(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """`(input, output)` embedding parameters; GPT-style models tie the output to the input."""
-    gelu_tr = is_gpt_style(d) * is_kind(d, "transformer")
+    gpt_tr = is_gpt_style(d) * is_kind(d, "transformer")
     vh = d.vocab_size * d.hidden_size * has_vocabulary(d)
-    return vh + gelu_tr * d.seq_length * d.hidden_size, vh * (1.0 - gelu_tr)
+    return vh + gpt_tr * d.seq_length * d.hidden_size, vh * (1.0 - gpt_tr)
 
 
 def total_params(d: DesignBatch) -> torch.Tensor:
