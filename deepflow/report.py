@@ -103,10 +103,26 @@ def fused_table(fused: dict) -> str:
             + f"\n  largest fused_jobs that fits: {fits}; MPS (concurrent processes) is not modelled")
 
 
+def _largest_parts(parts: dict[str, float], total: float, n: int = 3) -> str:
+    """The `n` largest of a row's `parts` (largest first) with their share of `total`."""
+    return ", ".join(f"{k} {v / total:.0%}" for k, v in list(parts.items())[:n]) if total else ""
+
+
 def validation_table(result: dict) -> str:
+    parts = any("time_breakdown_s" in r for r in result["rows"])  # validate breakdown=true
     rows = [(r["id"], f"{r['predicted_s']:.3f}", f"{r['measured_s']:.3f}", f"{r['error']:+.1%}",
-             "" if r["feasible"] else "(infeasible as given)") for r in result["rows"]]
-    lines = [table(["id", "predicted_s", "measured_s", "error", ""], rows, align="lrrrl")]
+             "" if r["feasible"] else "(infeasible as given)")
+            + ((_largest_parts(r["time_breakdown_s"], r["predicted_s"]),) if parts else ()) for r in result["rows"]]
+    lines = [table(["id", "predicted_s", "measured_s", "error", ""]
+                   + (["largest parts of the predicted time"] if parts else []), rows,
+                   align="lrrrl" + ("l" if parts else ""))]
+    memory = [r for r in result["rows"] if "memory_breakdown_gib" in r]
+    if memory:
+        lines.append(table(["id", "predicted GiB", "measured GiB", "error", "largest parts of the predicted memory"],
+                           [(r["id"], f"{r['predicted_memory_gib']:.1f}", f"{r['measured_memory_gib']:.1f}",
+                             f"{r['memory_error']:+.1%}",
+                             _largest_parts(r["memory_breakdown_gib"], r["predicted_memory_gib"]))
+                            for r in memory], align="lrrrl", title="device memory by part:"))
     s = result["summary"]
     lines += ["", f"n = {s['n']}   mean |error| = {s['mape']:.1%}   max |error| = {s['max_abs_error']:.1%}   "
                   f"median |error| = {s['median_abs_error']:.1%}   mean signed error = {s['mean_signed_error']:+.1%}"]

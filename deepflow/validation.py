@@ -230,12 +230,27 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
                 frame["measured_iter_time_s"].to_numpy(dtype=float), memory)
 
 
+# key prefixes of `predict`'s per-part arrays: a row's predicted time and device memory by part
+TIME_PART_KEY, MEMORY_PART_KEY = "time_s.", "memory_gib."
+
+
 def predict(rows: Rows, eff: Efficiency) -> dict[str, np.ndarray]:
-    """Predicted iteration time, feasibility and reason of every row, in one batched call."""
+    """Predicted iteration time, feasibility and reason of every row, in one batched call, with the
+    time and the device memory by part (`TIME_PART_KEY` + a part of `analytical.step.model.TIME_PARTS`,
+    `MEMORY_PART_KEY` + a part of `analytical.step.memory.MEMORY_PARTS`; the time parts add up to the time)."""
     batch = stack_designs(*zip(*rows.specs))
     result = evaluate(batch, eff)
-    return {"predicted_s": result.step_time_s.numpy(), "feasible": result.feasible.numpy(),
-            "reason": result.reason.numpy(), "memory_gib": result.memory_per_device_bytes.numpy() / GIB}
+    out = {"predicted_s": result.step_time_s.numpy(), "feasible": result.feasible.numpy(),
+           "reason": result.reason.numpy(), "memory_gib": result.memory_per_device_bytes.numpy() / GIB}
+    out.update({TIME_PART_KEY + k: v.numpy() for k, v in result.time_breakdown_s.items()})
+    out.update({MEMORY_PART_KEY + k: v.numpy() / GIB for k, v in result.memory_breakdown_bytes.items()})
+    return out
+
+
+def _parts(pred: dict, prefix: str, i: int) -> dict[str, float]:
+    """Row `i`'s non-zero parts of `pred` under `prefix`, largest first."""
+    parts = {k.removeprefix(prefix): float(v[i]) for k, v in pred.items() if k.startswith(prefix) and v[i] != 0.0}
+    return dict(sorted(parts.items(), key=lambda kv: -abs(kv[1])))
 
 
 def kendall_tau(x: np.ndarray, y: np.ndarray) -> float:
@@ -265,11 +280,15 @@ def row_labels(rows: Rows, keys: tuple[str, ...]) -> list[str]:
     return [" / ".join(values(i)[k] for k in keys) for i in range(len(rows.ids))]
 
 
-def report(rows: Rows, eff: Efficiency, pred: dict | None = None, group_by: tuple[str, ...] = ()) -> dict:
+def report(rows: Rows, eff: Efficiency, pred: dict | None = None, group_by: tuple[str, ...] = (),
+           breakdown: bool = False) -> dict:
     """`{"summary": {...}, "rows": [...], "by_group": {...}}` with signed errors as fractions. `pred`:
     the rows' predictions when already made (as `predict` returns them; e.g. a per-accelerator
     calibration's, `deepflow.calibration.predict_calibrated`), else `predict(rows, eff)`.
-    `group_by` (`GROUP_KEYS`): adds `"by": {label: {n, mape, max_abs_error}}`, sorted by label."""
+    `group_by` (`GROUP_KEYS`): adds `"by": {label: {n, mape, max_abs_error}}`, sorted by label.
+    `breakdown`: each row also gets its predicted time by part (`time_breakdown_s`, largest first; the
+    parts add up to `predicted_s`) and, where memory was measured, its predicted memory by part
+    (`memory_breakdown_gib`): which term a row's error can come from."""
     pred = predict(rows, eff) if pred is None else pred
     error = pred["predicted_s"] / rows.measured_s - 1.0
     abs_err = np.abs(error)
@@ -282,6 +301,11 @@ def report(rows: Rows, eff: Efficiency, pred: dict | None = None, group_by: tupl
     for i in np.flatnonzero(has_memory):
         out_rows[i].update(predicted_memory_gib=float(pred["memory_gib"][i]),
                            measured_memory_gib=float(measured_gib[i]), memory_error=float(memory_error[i]))
+        if breakdown:
+            out_rows[i]["memory_breakdown_gib"] = _parts(pred, MEMORY_PART_KEY, i)
+    if breakdown:
+        for i, row in enumerate(out_rows):
+            row["time_breakdown_s"] = _parts(pred, TIME_PART_KEY, i)
     by_group = {}
     for group in dict.fromkeys(rows.groups):
         idx = np.array([g == group for g in rows.groups])

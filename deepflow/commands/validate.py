@@ -42,6 +42,7 @@ def cmd_validate(overrides: list[str]) -> int:
         return 0
     fit = option(cfg, "fit", (True, False))
     group_by = group_keys(option(cfg, "group_by"))
+    breakdown = option(cfg, "breakdown", (True, False))
     calibration = calibration_from_config(cfg)  # calibration=<file>: its constants (per gpu when it has them)
     rows = read_rows(str(option(cfg, "data")), flash_attention=bool(option(cfg, "flash_attention", (True, False))))
     eff = DEFAULT_EFFICIENCY if calibration is None else calibration.efficiency
@@ -60,9 +61,10 @@ def cmd_validate(overrides: list[str]) -> int:
         if (~train).any():
             result["held_out"] = report(rows.subset(~train), eff)["summary"]
     if calibration is not None and calibration.per_accelerator:
-        result.update(report(rows, eff, pred=predict_calibrated(rows, calibration), group_by=group_by))
+        result.update(report(rows, eff, pred=predict_calibrated(rows, calibration), group_by=group_by,
+                             breakdown=breakdown))
     else:
-        result.update(report(rows, eff, group_by=group_by))
+        result.update(report(rows, eff, group_by=group_by, breakdown=breakdown))
     if output == "json":
         print(json.dumps(result))
         return 0

@@ -111,6 +111,21 @@ def test_validate_json_schema_and_table(tmp_path):
     assert table.returncode == 0 and "mean |error|" in table.stdout
 
 
+def test_validate_breakdown_names_the_largest_parts_of_each_row():
+    out = run("validate", "breakdown=true", "output=json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)["rows"]
+    assert all(sum(r["time_breakdown_s"].values()) == pytest.approx(r["predicted_s"]) for r in rows)
+    table = run("validate", "breakdown=true")
+    assert table.returncode == 0 and "largest parts of the predicted time" in table.stdout
+    first = rows[0]
+    largest = next(iter(first["time_breakdown_s"]))  # the row's largest part, by name and share
+    share = first["time_breakdown_s"][largest] / first["predicted_s"]
+    assert f"{largest} {share:.0%}" in table.stdout
+    bad = run("validate", "breakdown=yes")
+    assert bad.returncode == 2 and "breakdown='yes' is invalid: allowed True, False" in bad.stderr
+
+
 def test_any_spec_field_can_be_overridden_even_if_the_preset_omits_it():
     # conf/mapping/data-parallel.yaml does not list tp or ep: the override still sets them
     out = run("evaluate", "output=json", "model=mixtral-8x7b", "mapping=data-parallel", "system.num_devices=64",

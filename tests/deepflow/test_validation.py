@@ -156,6 +156,27 @@ def test_measured_memory_is_compared_where_a_row_states_it(tmp_path):
     assert summary["memory_within_10pct"] == sum(abs(r["memory_error"]) <= 0.10 for r in rows[1:])
 
 
+def test_breakdown_gives_each_row_its_time_and_measured_memory_by_part(tmp_path):
+    """`breakdown=True`: every row's time parts add up to its predicted time (largest first), and the rows
+    that state a measured memory get its parts adding up to the predicted memory; without it, neither."""
+    frame = pd.read_csv(DATA / "modern_runs.csv")
+    frame = frame[frame["measured_memory_gib"].notna()].head(2)
+    frame = pd.concat([frame, pd.read_csv(DATA / "published_runs.csv").head(1)], ignore_index=True)
+    rows = read_rows(_write(frame, tmp_path / "mixed.csv"))
+    plain = report(rows, DEFAULT_EFFICIENCY)["rows"]
+    assert not any("time_breakdown_s" in r or "memory_breakdown_gib" in r for r in plain)
+    result = report(rows, DEFAULT_EFFICIENCY, breakdown=True)
+    for row in result["rows"]:
+        parts = row["time_breakdown_s"]
+        assert sum(parts.values()) == pytest.approx(row["predicted_s"], rel=1e-9)
+        assert list(parts.values()) == sorted(parts.values(), reverse=True) and all(v > 0 for v in parts.values())
+        assert {"forward_compute", "backward_compute"} <= set(parts)
+    with_memory = [r for r in result["rows"] if "memory_breakdown_gib" in r]
+    assert len(with_memory) == 2 and "measured_memory_gib" not in result["rows"][2]
+    for row in with_memory:
+        assert sum(row["memory_breakdown_gib"].values()) == pytest.approx(row["predicted_memory_gib"], rel=1e-9)
+
+
 def test_a_one_row_model_has_no_kendall_tau_and_the_report_is_strict_json(tmp_path):
     import json
 
