@@ -40,9 +40,9 @@ from analytical.step import collectives as coll
 from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
 from analytical.step.eager_ops import eager_ops
 from analytical.step.kernels import gemm_flops, gemm_hbm_bytes, gemm_sram_bytes
-from analytical.step.memory import (any_fsdp_unsharded, fsdp_keeps_unsharded, full_recompute_share, gather_buffers,
-                                    op_recompute, optimizer_sharded, recomputed_module_bytes, reduce_buffers,
-                                    shard_groups, sharded_params, weight_groups)
+from analytical.step.memory import (dp_collective_counts, full_recompute_share, gather_buffers, op_recompute,
+                                    optimizer_sharded, recomputed_module_bytes, reduce_buffers, shard_groups,
+                                    sharded_params, weight_groups)
 from analytical.step.param_bytes import adam_step_bytes_per_param, grad_bytes_per_param
 from analytical.step.workload import (
     GEMM_SLOTS,
@@ -373,16 +373,10 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     ag = over_groups(all_gather_link_bytes, gather_buffers(d, shards))
     if replicas is not None:  # as analytical.step.model: each shard all-reduced over the replicas
         rs = tuple(a + b for a, b in zip(rs, over_groups(all_reduce_link_bytes, replicas)))
-    z = d.zero_stage
-    sharded = optimizer_sharded(d).to(d.tp.dtype)
-    # ZeRO-3 gathers and scatters per micro-batch, once a step where FSDP holds the weights under a pipeline
-    zero3_rounds = torch.where(fsdp_keeps_unsharded(d) > 0, 1.0, micro_batches) if any_fsdp_unsharded(d) \
-        else micro_batches
+    n_ar, n_rs, n_ag = dp_collective_counts(d, micro_batches)
 
     def dp_level(i: int) -> torch.Tensor:
-        return torch.where(z >= 3, zero3_rounds * (2.0 * ag[i] + rs[i]),
-                           torch.where(z >= 2, micro_batches * rs[i] + ag[i],
-                                       sharded * (rs[i] + ag[i]) + (1.0 - sharded) * ar[i]))
+        return n_ar * ar[i] + n_rs * rs[i] + n_ag * ag[i]
 
     levels = []
     for i, p2p_share in ((0, 1.0 - crosses), (1, crosses)):

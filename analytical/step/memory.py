@@ -187,6 +187,22 @@ def optimizer_sharded(d: DesignBatch) -> torch.Tensor:
     return (d.zero_stage >= 1) | (d.distributed_optimizer > 0)
 
 
+def dp_collective_counts(d: DesignBatch, micro_batches: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """`(all_reduce, reduce_scatter, all_gather)`: how often a step runs each data-parallel collective of the
+    gradients or weights, each `(batch,)`, by ZeRO stage. ZeRO-0: one all-reduce; ZeRO-1 or Megatron's
+    distributed optimizer: a reduce-scatter and an all-gather; ZeRO-2: a reduce-scatter per micro-batch and one
+    all-gather; ZeRO-3 / FSDP: per micro-batch a reduce-scatter and two gathers (forward and backward), once a
+    step where FSDP holds the weights under a pipeline (`fsdp_keeps_unsharded`). The step time
+    (`analytical.step.model`) and the energy (`analytical.step.energy`) both count from here."""
+    z, sharded = d.zero_stage, optimizer_sharded(d).to(d.tp.dtype)
+    rounds = torch.where(fsdp_keeps_unsharded(d) > 0, 1.0, micro_batches) if any_fsdp_unsharded(d) else micro_batches
+    zero = torch.zeros_like(micro_batches)
+    all_reduce = torch.where(z >= 2, zero, 1.0 - sharded)
+    scatter = torch.where(z >= 3, rounds, torch.where(z >= 2, micro_batches, sharded))
+    gather = torch.where(z >= 3, 2.0 * rounds, torch.where(z >= 2, 1.0, sharded))
+    return all_reduce, scatter, gather
+
+
 @per_evaluation
 def full_recompute_share(d: DesignBatch) -> torch.Tensor:
     """Share of each stage's layers that full recompute rebuilds (`(batch,)`): 0 unless recompute is

@@ -32,10 +32,11 @@ from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
 from analytical.step.kernels import (attention_peak, flash_attention_time_s, gemm_time_s, host_wait_s,
                                      memory_bound_time_s, offload_wait_s, sixteen_bit_peak, softmax_exp_time_s)
-from analytical.step.memory import (activation_bytes_per_layer, any_fsdp_unsharded, eager_cross_entropy,
-                                    fsdp_keeps_unsharded, full_recompute_share, gather_buffers, memory_breakdown,
-                                    op_recompute, optimizer_sharded, params_per_device, recomputed_module_bytes,
-                                    reduce_buffers, shard_groups, sharded_params, weight_groups)
+from analytical.step.memory import (activation_bytes_per_layer, any_fsdp_unsharded, dp_collective_counts,
+                                    eager_cross_entropy, fsdp_keeps_unsharded, full_recompute_share, gather_buffers,
+                                    memory_breakdown, op_recompute, optimizer_sharded, params_per_device,
+                                    recomputed_module_bytes, reduce_buffers, shard_groups, sharded_params,
+                                    weight_groups)
 from analytical.step.param_bytes import adam_step_bytes_per_param, grad_bytes_per_param
 from analytical.step.workload import (GEMM_SLOTS, activation_bytes_per_element, any_expert_tp, any_parameter_server,
                                       attention_core_flops, attention_score_elements, expert_tp, fuse_jobs,
@@ -299,16 +300,15 @@ def _data_parallel_time_s(d: DesignBatch, params, links, micro_batches,
     if replicas is not None:  # each reduce-scatter's shard all-reduced over the replicas (where HSDP)
         rs = rs + over_groups(coll.group_all_reduce_time_s, replicas)
     ag = over_groups(coll.group_all_gather_time_s, gather_buffers(d, shards))  # 16-bit or fp8
-    z, sharded = d.zero_stage, optimizer_sharded(d).to(d.tp.dtype)
-    zero3_slowdown = torch.where(d.fsdp > 0, 1.0, 1.0 / eff.zero3_comm_fraction)
-    zero3 = micro_batches * (2.0 * ag + rs) * zero3_slowdown
+    n_ar, n_rs, n_ag = dp_collective_counts(d, micro_batches)
+    total = n_ar * ar + n_rs * rs + n_ag * ag
+    z = d.zero_stage  # ZeRO-3: DeepSpeed's per-module collectives at `zero3_comm_fraction` of the bound
+    total = torch.where((z >= 3) & (d.fsdp == 0), total / eff.zero3_comm_fraction, total)
     if any_fsdp_unsharded(d):
         # held unsharded: one gather beside the first forward (its interference shows) and one exposed
         # scatter, as exposed time (`_evaluate_chunk` hides no more of it)
         held = (1.0 - 1.0 / eff.overlap_compute_slowdown) * ag + rs
-        zero3 = torch.where(fsdp_keeps_unsharded(d) > 0, held, zero3)
-    total = torch.where(z >= 3, zero3,
-                        torch.where(z >= 2, micro_batches * rs + ag, sharded * (rs + ag) + (1.0 - sharded) * ar))
+        total = torch.where(fsdp_keeps_unsharded(d) > 0, held, total)
     distributed = (z < 2) & (d.distributed_optimizer > 0)
     return total, (torch.where(distributed, ag, 0.0) if bool(distributed.any()) else None)
 

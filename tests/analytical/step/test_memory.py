@@ -12,6 +12,7 @@ from analytical.step.memory import (
     MEMORY_PARTS,
     RUNTIME_RESERVE_BYTES,
     activation_bytes_per_layer,
+    dp_collective_counts,
     embedding_params_per_device,
     in_flight_micro_batches,
     memory_breakdown,
@@ -105,6 +106,22 @@ def test_distributed_optimizer_is_zero1(a100, make_system, design, llama7b):
                                  MappingSpec(distributed_optimizer=True, global_batch_size=16)))
     for part in MEMORY_PARTS:
         assert torch.equal(z1[part], do[part]), part
+
+
+@pytest.mark.parametrize("mapping, counts", [
+    (dict(), (1, 0, 0)),  # ZeRO-0: one all-reduce of the gradients
+    (dict(distributed_optimizer=True), (0, 1, 1)),  # a reduce-scatter and the updated weights' all-gather
+    (dict(zero_stage=1), (0, 1, 1)),
+    (dict(zero_stage=2), (0, 4, 1)),  # a reduce-scatter per micro-batch
+    (dict(zero_stage=3), (0, 4, 8)),  # per micro-batch: a scatter and two gathers
+    (dict(zero_stage=3, fsdp=True), (0, 4, 8)),
+    (dict(zero_stage=3, fsdp=True, pp=2), (0, 1, 2)),  # FSDP under a pipeline holds the weights: once a step
+])
+def test_data_parallel_collectives_per_step_by_zero_stage(a100, make_system, design, llama7b, mapping, counts):
+    spec = MappingSpec(**{"dp": 16, "global_batch_size": 64, **mapping})  # 4 micro-batches of 1 per replica
+    d = design(a100, make_system(16 * spec.pp), llama7b, spec)
+    micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
+    assert tuple(float(c[0]) for c in dp_collective_counts(d, micro_batches)) == counts
 
 
 def test_recompute_reduces_activation_memory(a100, make_system, design, gpt3):
