@@ -133,6 +133,7 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "fused_expert_mlp": float(mapping.fused_expert_mlp),
         "elementwise": ELEMENTWISE_CODES[mapping.elementwise],
         "attention_kernel": ATTENTION_KERNEL_CODES[mapping.attention_kernel],
+        "sp_keeps_gathered_input": float(mapping.sp_keeps_gathered_input),
     }
 
 

@@ -142,6 +142,7 @@ class DesignBatch:
     fused_expert_mlp: torch.Tensor  # the experts' clamp and bias inside a fused grouped MLP
     elementwise: torch.Tensor  # ELEMENTWISE_CODES: fused or eager norms, rotary embedding and activation
     attention_kernel: torch.Tensor  # ATTENTION_KERNEL_CODES: the generation's own fused attention or FlashAttention-2
+    sp_keeps_gathered_input: torch.Tensor  # sequence parallelism keeping the gathered GEMM inputs (DTensor)
 
     @property
     def batch_size(self) -> int:

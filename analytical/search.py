@@ -68,7 +68,7 @@ ZERO_CONFIGS = ((0, 0), (0, 1), (1, 0), (2, 0), (3, 0))
 # MappingSpec fields a search takes as given, through the SearchOptions fields of the same names
 STACK_FIELDS = ("cuda_graph", "fp8_attention", "fp8_param_gather", "grad_reduce_in_fp32", "fused_cross_entropy",
                 "fused_expert_mlp", "elementwise", "attention_kernel", "dp_shard", "moe_capacity_factor",
-                "moe_pad_to_capacity", "optimizer_state_dtype", "master_params")
+                "moe_pad_to_capacity", "optimizer_state_dtype", "master_params", "sp_keeps_gathered_input")
 EQUIVALENT_ZERO_CONFIGS = {(1, 0): (0, 1)}
 
 
@@ -98,6 +98,7 @@ class SearchOptions:
     dp_shard: int = MappingSpec.dp_shard
     moe_capacity_factor: float = MappingSpec.moe_capacity_factor  # token dropping, as given
     moe_pad_to_capacity: bool = MappingSpec.moe_pad_to_capacity
+    sp_keeps_gathered_input: bool = MappingSpec.sp_keeps_gathered_input  # DTensor's sequence parallelism (torchtitan)
     optimizer_state_dtype: str = MappingSpec.optimizer_state_dtype  # the optimizer's precision, as given
     master_params: str = MappingSpec.master_params
     max_micro_batch_size: int = 16
@@ -325,7 +326,7 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
         dp_shard=num("dp_shard"), moe_capacity_factor=float(batch.moe_capacity_factor[i]),
         moe_pad_to_capacity=flag("moe_pad_to_capacity"),
         optimizer_state_dtype=OPTIMIZER_STATE_DTYPES[num("optimizer_state_dtype")],
-        master_params=MASTER_PARAMS[num("master_params")])
+        master_params=MASTER_PARAMS[num("master_params")], sp_keeps_gathered_input=flag("sp_keeps_gathered_input"))
     return mapping.validate()
 
 

@@ -374,6 +374,11 @@ class MappingSpec:
     fused_expert_mlp: bool = False
     elementwise: str = "fused"  # one of ELEMENTWISE
     attention_kernel: str = "native"  # one of ATTENTION_KERNELS
+    # with sequence parallelism, a column-parallel GEMM keeps its all-gathered input for the weight gradient: PyTorch
+    # DTensor's ColwiseParallel behind PrepareModuleInput (torchtitan), whose autograd saves the gathered tensor;
+    # false: Megatron-Core / Transformer Engine keep the 1/tp shard and gather it again in backward (TE linear.py
+    # `backward_input_needs_gather`). Memory only: the QKV and fc1 inputs of a layer held whole, not 1/tp
+    sp_keeps_gathered_input: bool = False
 
     def validate(self) -> "MappingSpec":
         spec = f"mapping[{self.name}]"
@@ -406,7 +411,7 @@ class MappingSpec:
         _check_bool(spec, self, ("sequence_parallel", "fsdp", "distributed_optimizer", "flash_attention",
                                  "overlap_dp_comm", "overlap_tp_comm", "overlap_pp_comm", "overlap_ep_comm",
                                  "fused_cross_entropy", "grad_reduce_in_fp32", "fp8_param_gather",
-                                 "fp8_attention", "fused_expert_mlp", "moe_pad_to_capacity"))
+                                 "fp8_attention", "fused_expert_mlp", "moe_pad_to_capacity", "sp_keeps_gathered_input"))
         if self.overlap_ep_comm and self.recompute == "full":
             raise SpecError(spec, "overlap_ep_comm", self.overlap_ep_comm, "false with recompute=full (Megatron-Core's "
                             "expert-parallel overlap schedules the forward and backward of two micro-batches "

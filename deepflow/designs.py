@@ -104,7 +104,7 @@ SPEC_FIELDS: dict[str, tuple[str, str, float, Optional[dict]]] = {
         "zero_stage", "fsdp", "dp_shard", "distributed_optimizer", "flash_attention", "overlap_dp_comm",
         "overlap_tp_comm", "overlap_pp_comm", "overlap_ep_comm", "offload_layers", "fused_jobs", "ps_shards",
         "staleness", "fused_cross_entropy", "recompute_layers", "grad_reduce_in_fp32", "etp", "fp8_param_gather",
-        "fp8_attention", "fused_expert_mlp", "moe_capacity_factor", "moe_pad_to_capacity")},
+        "fp8_attention", "fused_expert_mlp", "moe_capacity_factor", "moe_pad_to_capacity", "sp_keeps_gathered_input")},
     "dp_mode": ("mapping", "dp_mode", 1.0, DP_MODE_CODES),
     "recompute": ("mapping", "recompute", 1.0, RECOMPUTE_CODES),
     "precision": ("mapping", "precision", 1.0, PRECISION_CODES),

@@ -48,6 +48,7 @@ def design_line(accelerator, system, model, mapping) -> str:
             + (" fp8_param_gather=1" if mapping.fp8_param_gather else "")
             + (" fp8_attention=1" if mapping.fp8_attention else "")
             + (" fused_expert_mlp=1" if mapping.fused_expert_mlp else "")
+            + (" sp_keeps_gathered_input=1" if mapping.sp_keeps_gathered_input else "")
             + (f" cuda_graph={mapping.cuda_graph}" if mapping.cuda_graph != "none" else "")
             + (f" elementwise={mapping.elementwise}" if mapping.elementwise != "fused" else "")
             + (f" attention_kernel={mapping.attention_kernel}" if mapping.attention_kernel != "native" else "")

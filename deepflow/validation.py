@@ -146,6 +146,7 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
                           fused_expert_mlp=bool(int(_opt(row, "fused_expert_mlp", 0))),
                           elementwise=str(_opt(row, "elementwise", "fused")),
                           attention_kernel=str(_opt(row, "attention_kernel", "native")),
+                          sp_keeps_gathered_input=bool(int(_opt(row, "sp_keeps_gathered_input", 0))),
                           etp=int(_opt(row, "etp", 0)),
                           **{f"overlap_{k}_comm": bool(int(_opt(row, f"overlap_{k}_comm", 0)))
                              for k in ("dp", "tp", "pp", "ep")})

@@ -43,7 +43,8 @@ SPACE_FORMAT_VERSION = 1
 # plain all-to-all dispatcher, no EP overlap, no special-function-unit term, no sliding window, no
 # fp8 primary weights, no CUDA graphs, 16-bit attention, no clamped GLU, no linear biases, no fused grouped MLP,
 # fused element-wise kernels, no YaRN attention factor, the generation's own fused attention kernel, no HSDP,
-# dropless MoE, offload copies not priced, fp32 optimizer states and master weights)
+# dropless MoE, offload copies not priced, fp32 optimizer states and master weights, Transformer Engine's sequence
+# parallelism)
 ADDED_FIELD_DEFAULTS = {"head_dim": 0.0, "kv_lora_rank": 0.0, "q_lora_rank": 0.0, "qk_rope_head_dim": 0.0,
                         "v_head_dim": 0.0, "moe_router_num_groups": 1.0, "moe_router_group_topk": 1.0,
                         "overlap_ep_comm": 0.0, "ep_dispatcher": 0.0, "peak_exp_per_s": 0.0, "window_size": 0.0,
@@ -51,7 +52,8 @@ ADDED_FIELD_DEFAULTS = {"head_dim": 0.0, "kv_lora_rank": 0.0, "q_lora_rank": 0.0
                         "fp8_attention": 0.0, "activation_clamp": 0.0, "linear_bias": 0.0, "fused_expert_mlp": 0.0,
                         "elementwise": 0.0, "rope_mscale": 1.0, "attention_kernel": 0.0, "dp_shard": 0.0,
                         "moe_capacity_factor": 0.0, "moe_pad_to_capacity": 0.0,
-                        "host_link_bw_bytes_per_s": 0.0, "optimizer_state_dtype": 0.0, "master_params": 0.0}
+                        "host_link_bw_bytes_per_s": 0.0, "optimizer_state_dtype": 0.0, "master_params": 0.0,
+                        "sp_keeps_gathered_input": 0.0}
 PARQUET_SPACE_KEY = b"deepflow.space"
 CHIP_PREFIX = "chip_"  # samples columns of a derived chip (samples_frame)
 ENCODING_PREFIX = "u_"

@@ -246,6 +246,12 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     th = local_tokens(d) * d.hidden_size
     sp_div = torch.where(d.sequence_parallel > 0, t, 1.0)
     replicated = 10.0 * th / sp_div  # two norm inputs, two GEMM inputs, two dropout masks
+    # the QKV and fc1 inputs (4 of the 10): 1/tp shards under sequence parallelism, whole where DTensor keeps
+    # them gathered (`sp_keeps_gathered_input`)
+    gemm_in_div = sp_div
+    if bool((d.sp_keeps_gathered_input > 0).any()):
+        gemm_in_div = torch.where(d.sp_keeps_gathered_input > 0, 1.0, sp_div)
+        replicated = replicated + 4.0 * th * (1.0 / gemm_in_div - 1.0 / sp_div)
     kv_ratio = d.num_kv_heads / d.num_heads
     ta = local_tokens(d) * attention_width(d)
     # Q, K, V, and the output-projection input (MLA: and its latents, replicated over tp)
@@ -261,7 +267,7 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     # output-projection input (2 of attention's) and fc2's input (2 of the MLP's) shrink to their
     # format's bytes. Q, K, V stay 16-bit for the fused attention kernel.
     tao = local_tokens(d) * attention_out_width(d)
-    saved_gemm_inputs = 4.0 * th / sp_div + 2.0 * tao / t + 2.0 * local_tokens(d) * mlp_width(d) / t
+    saved_gemm_inputs = 4.0 * th / gemm_in_div + 2.0 * tao / t + 2.0 * local_tokens(d) * mlp_width(d) / t
     narrow_saving = is_narrow(d) * saved_gemm_inputs * (1.0 - gemm_bytes_per_element(d) / 2.0)
     square = 5.0 * d.micro_batch_size * d.num_heads * (d.seq_length / d.cp) * d.seq_length / t
     keeps_square = (d.recompute == RECOMPUTE_CODES["none"]).to(t.dtype) * (1.0 - d.flash_attention)
@@ -270,7 +276,7 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     # the cheap modules instead: the norms and the MLP activation (Megatron-Core recompute_modules
     # "layernorm" and "mlp"/"moe_act"; torchtitan's per-op selective checkpointing), so their
     # outputs (the QKV, fc1 and fc2 inputs) are not kept
-    cheap_outputs = 4.0 * th / sp_div + 2.0 * local_tokens(d) * mlp_width(d) / t
+    cheap_outputs = 4.0 * th / gemm_in_div + 2.0 * local_tokens(d) * mlp_width(d) / t
     narrow_scale = 1.0 - is_narrow(d) * (1.0 - gemm_bytes_per_element(d) / 2.0)
     selective_flash = (d.recompute == RECOMPUTE_CODES["selective"]).to(t.dtype) * d.flash_attention
     modules_saving = selective_flash * cheap_outputs * narrow_scale

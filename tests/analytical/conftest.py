@@ -382,6 +382,7 @@ def random_design_batch(n: int, seed: int = 0) -> DesignBatch:
     # another quarter (added last)
     fields["ffn_type"] = torch.where(ints(0, 3) == 0, 2.0 * one_, fields["ffn_type"])
     fields["elementwise"] = torch.where(ints(0, 3) == 0, 3.0 * one_, fields["elementwise"])
+    fields["sp_keeps_gathered_input"] = ints(0, 1)  # DTensor's sequence parallelism (added last)
     fields["num_layers"] = torch.where(cnn, one_, fields["num_layers"])
     fields["seq_length"] = torch.where(cnn, one_, fields["seq_length"])
     return DesignBatch(**fields)

@@ -73,6 +73,12 @@ def test_modern_runs_software_columns_hold_allowed_values():
     assert set(frame["attention_kernel"]) <= {"", *ATTENTION_KERNELS} and fa2.sum() >= 20
     assert all(i.startswith("titan-") for i in frame.loc[fa2, "id"])
     assert [spec[3].attention_kernel for spec in rows.specs] == [v or "native" for v in frame["attention_kernel"]]
+    # torchtitan's DTensor tensor parallelism keeps the gathered GEMM inputs; Transformer Engine's linears do not
+    kept = frame["sp_keeps_gathered_input"] == "1"
+    assert set(frame["sp_keeps_gathered_input"]) <= {"", "1"} and kept.sum() == 19
+    titan_tp = frame["id"].str.startswith("titan-") & (frame["tp"].astype(int) > 1)
+    assert (kept == titan_tp).all() and (frame.loc[kept, "sequence_parallel"] == "1").all()
+    assert [spec[3].sp_keeps_gathered_input for spec in rows.specs] == list(kept)
 
 
 def test_nemo_24_07_rows_keep_the_launchers_optimizer_state():

@@ -405,3 +405,26 @@ def test_embedding_and_output_layer_keep_16_bit_weights_alone(h100, make_system,
         sharded = design(h100, make_system(8), llama7b, MappingSpec(zero_stage=3, fsdp=True, global_batch_size=8,
                                                                      **changes))
         assert float(memory_breakdown(sharded)["weights"][0]) == pytest.approx(want / 8, rel=1e-12)
+
+
+@pytest.mark.parametrize("t", [2, 8])
+@pytest.mark.parametrize("precision, gemm_bytes", [("bf16", 2.0), ("fp8", 1.0)])
+def test_dtensor_sequence_parallel_keeps_the_gathered_gemm_inputs(h100, system, design, gpt3, t, precision,
+                                                                  gemm_bytes):
+    """`sp_keeps_gathered_input` (torchtitan's DTensor TP): the QKV and fc1 inputs are kept whole instead of
+    as 1/tp shards, at their GEMM format's bytes; a layer rebuilt by full recompute holds them so too; without
+    sequence parallelism nothing changes (they were whole already)."""
+    from analytical.step.memory import recompute_transient_bytes
+
+    def per_layer(recompute, sp, keep):
+        d = design(h100, system, gpt3, MappingSpec(tp=t, sequence_parallel=sp, precision=precision, recompute=recompute,
+                                                   sp_keeps_gathered_input=keep))
+        return float(activation_bytes_per_layer(d)[0]), float(recompute_transient_bytes(d)[0])
+
+    extra = 2.0 * gemm_bytes * S * H * (1.0 - 1.0 / t)  # two inputs of s x h, whole instead of 1/t
+    shard, gathered = per_layer("none", True, False), per_layer("none", True, True)
+    assert gathered[0] - shard[0] == pytest.approx(extra, rel=1e-12)
+    full_shard, full_gathered = per_layer("full", True, False), per_layer("full", True, True)
+    assert full_gathered[0] == full_shard[0]  # full recompute keeps only the layer input
+    assert full_gathered[1] - full_shard[1] == pytest.approx(extra, rel=1e-12)
+    assert per_layer("none", False, True) == per_layer("none", False, False)
