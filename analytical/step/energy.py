@@ -40,9 +40,9 @@ from analytical.step import collectives as coll
 from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
 from analytical.step.eager_ops import eager_ops
 from analytical.step.kernels import gemm_flops, gemm_hbm_bytes, gemm_sram_bytes
-from analytical.step.memory import (dp_collective_counts, full_recompute_share, gather_buffers, op_recompute,
-                                    optimizer_sharded, recomputed_module_bytes, reduce_buffers, shard_groups,
-                                    sharded_params, weight_groups)
+from analytical.step.memory import (dp_collective_counts, full_recompute_share, gather_buffers, micro_batches_per_step,
+                                    op_recompute, optimizer_sharded, recomputed_module_bytes, reduce_buffers,
+                                    shard_groups, sharded_params, weight_groups)
 from analytical.step.param_bytes import adam_step_bytes_per_param, grad_bytes_per_param
 from analytical.step.workload import (
     GEMM_SLOTS,
@@ -271,7 +271,7 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
     logits = {"flops": logit_flops, "hbm_bytes": logit_gemm_bytes + loss_bytes,
               "sram_bytes": logit_sram + loss_bytes}
 
-    micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
+    micro_batches = micro_batches_per_step(d)
     stage_devices = d.tp * d.cp * d.dp
     optimizer_bytes = sharded_params(d, weight_groups(d, params), optimizer_sharded(d)) \
         * adam_step_bytes_per_param(d)
@@ -324,7 +324,7 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     full = full_recompute_share(d)
     domain = d.scale_up_domain
     one = torch.ones_like(d.tp)
-    micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
+    micro_batches = micro_batches_per_step(d)
     devices = d.tp * d.cp * d.dp * d.pp
     per_layer = micro_batches * d.num_layers / d.pp * devices  # rank-layer-micro-batches in a step
 
@@ -373,7 +373,7 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     ag = over_groups(all_gather_link_bytes, gather_buffers(d, shards))
     if replicas is not None:  # as analytical.step.model: each shard all-reduced over the replicas
         rs = tuple(a + b for a, b in zip(rs, over_groups(all_reduce_link_bytes, replicas)))
-    n_ar, n_rs, n_ag = dp_collective_counts(d, micro_batches)
+    n_ar, n_rs, n_ag = dp_collective_counts(d)
 
     def dp_level(i: int) -> torch.Tensor:
         return n_ar * ar[i] + n_rs * rs[i] + n_ag * ag[i]

@@ -187,14 +187,21 @@ def optimizer_sharded(d: DesignBatch) -> torch.Tensor:
     return (d.zero_stage >= 1) | (d.distributed_optimizer > 0)
 
 
-def dp_collective_counts(d: DesignBatch, micro_batches: torch.Tensor) -> tuple[torch.Tensor, ...]:
+@per_evaluation
+def micro_batches_per_step(d: DesignBatch) -> torch.Tensor:
+    """`(batch,)` micro-batches each pipeline runs a step: global batch / (dp x micro-batch)."""
+    return d.global_batch_size / (d.dp * d.micro_batch_size)
+
+
+@per_evaluation
+def dp_collective_counts(d: DesignBatch) -> tuple[torch.Tensor, ...]:
     """`(all_reduce, reduce_scatter, all_gather)`: how often a step runs each data-parallel collective of the
     gradients or weights, each `(batch,)`, by ZeRO stage. ZeRO-0: one all-reduce; ZeRO-1 or Megatron's
     distributed optimizer: a reduce-scatter and an all-gather; ZeRO-2: a reduce-scatter per micro-batch and one
     all-gather; ZeRO-3 / FSDP: per micro-batch a reduce-scatter and two gathers (forward and backward), once a
     step where FSDP holds the weights under a pipeline (`fsdp_keeps_unsharded`). The step time
     (`analytical.step.model`) and the energy (`analytical.step.energy`) both count from here."""
-    z, sharded = d.zero_stage, optimizer_sharded(d).to(d.tp.dtype)
+    z, sharded, micro_batches = d.zero_stage, optimizer_sharded(d).to(d.tp.dtype), micro_batches_per_step(d)
     rounds = torch.where(fsdp_keeps_unsharded(d) > 0, 1.0, micro_batches) if any_fsdp_unsharded(d) else micro_batches
     zero = torch.zeros_like(micro_batches)
     all_reduce = torch.where(z >= 2, zero, 1.0 - sharded)
@@ -374,7 +381,7 @@ def in_flight_micro_batches(d: DesignBatch) -> torch.Tensor:
     times (1 + (pp-1)/(pp vp)) for the interleaved schedule (Korthikanti et al. 2022, sec. 4.2.3), and
     never more than the m micro-batches there are (an interleaved warm-up of m <= pp runs every
     micro-batch's forward through every chunk before the first backward)."""
-    micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
+    micro_batches = micro_batches_per_step(d)
     interleave = torch.where(d.vp > 1, 1.0 + (d.pp - 1.0) / (d.pp * d.vp), 1.0)
     return torch.minimum(micro_batches, d.pp * interleave)
 

@@ -34,9 +34,9 @@ from analytical.step.kernels import (attention_peak, flash_attention_time_s, gem
                                      memory_bound_time_s, offload_wait_s, sixteen_bit_peak, softmax_exp_time_s)
 from analytical.step.memory import (activation_bytes_per_layer, any_fsdp_unsharded, dp_collective_counts,
                                     eager_cross_entropy, fsdp_keeps_unsharded, full_recompute_share, gather_buffers,
-                                    memory_breakdown, op_recompute, optimizer_sharded, params_per_device,
-                                    recomputed_module_bytes, reduce_buffers, shard_groups, sharded_params,
-                                    weight_groups)
+                                    memory_breakdown, micro_batches_per_step, op_recompute, optimizer_sharded,
+                                    params_per_device, recomputed_module_bytes, reduce_buffers, shard_groups,
+                                    sharded_params, weight_groups)
 from analytical.step.param_bytes import adam_step_bytes_per_param, grad_bytes_per_param
 from analytical.step.workload import (GEMM_SLOTS, activation_bytes_per_element, any_expert_tp, any_parameter_server,
                                       attention_core_flops, attention_score_elements, expert_tp, fuse_jobs,
@@ -300,7 +300,7 @@ def _data_parallel_time_s(d: DesignBatch, params, links, micro_batches,
     if replicas is not None:  # each reduce-scatter's shard all-reduced over the replicas (where HSDP)
         rs = rs + over_groups(coll.group_all_reduce_time_s, replicas)
     ag = over_groups(coll.group_all_gather_time_s, gather_buffers(d, shards))  # 16-bit or fp8
-    n_ar, n_rs, n_ag = dp_collective_counts(d, micro_batches)
+    n_ar, n_rs, n_ag = dp_collective_counts(d)
     total = n_ar * ar + n_rs * rs + n_ag * ag
     z = d.zero_stage  # ZeRO-3: DeepSpeed's per-module collectives at `zero3_comm_fraction` of the bound
     total = torch.where((z >= 3) & (d.fsdp == 0), total / eff.zero3_comm_fraction, total)
@@ -362,7 +362,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
 
     # pipeline: the last stage holds num_layers / pp layers and the output layer
     layers_per_stage = stage_layers(d)
-    micro_batches = d.global_batch_size / (d.dp * d.micro_batch_size)
+    micro_batches = micro_batches_per_step(d)
     stage_parts = {k: layers_per_stage * v + logit_parts[k] if k in logit_parts else layers_per_stage * v
                    for k, v in layer_parts.items()}
     offload = (0.0, 0.0)  # the offloaded layers' copies to the host and back (`offload_wait_s`) that show
