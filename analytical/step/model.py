@@ -265,8 +265,7 @@ def _pipeline_p2p_s(d: DesignBatch, links, elem, micro_batches) -> torch.Tensor:
     return 2.0 * p2p * (steady + d.pp - 1.0)
 
 
-def _data_parallel_time_s(d: DesignBatch, params, links, micro_batches,
-                          eff: Efficiency) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _data_parallel_time_s(d: DesignBatch, params, links, eff: Efficiency) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Data-parallel / ZeRO communication per step, before overlap: `(total, gather)`, where `gather`
     is the part of `total` that all-gathers the updated weights of Megatron's distributed optimizer
     for the next step's forward pass (DeepSpeed's ZeRO-1/2 gather them inside the optimizer step);
@@ -381,7 +380,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     # optimizer's weight gather behind the first one's forward (`backward_wall`, `forward_wall`; overlap_grad_reduce,
     # overlap_param_gather), slowing the compute beside it (`_exposed`, `Efficiency.overlap_compute_slowdown`).
     params = params_per_device(d)
-    dp_time, dp_gather = _data_parallel_time_s(d, params, links, micro_batches, eff)
+    dp_time, dp_gather = _data_parallel_time_s(d, params, links, eff)
     zero3 = d.zero_stage >= 3
     hidden = (d.overlap_dp_comm > 0) | zero3  # overlapped dp traffic; not FSDP's held once-a-step traffic
     if any_fsdp_unsharded(d):
