@@ -239,6 +239,14 @@ def eager_cross_entropy(d: DesignBatch) -> torch.Tensor | None:
 
 
 @per_evaluation
+def keeps_gathered_input(d: DesignBatch) -> torch.Tensor | None:
+    """1.0 where sequence parallelism keeps the column-parallel GEMMs' gathered inputs whole (PyTorch DTensor,
+    `MappingSpec.sp_keeps_gathered_input`), else 0.0 (`(batch,)`); None where no design of the batch does."""
+    keep = (d.sp_keeps_gathered_input > 0).to(d.tp.dtype)
+    return keep if bool(keep.any()) else None
+
+
+@per_evaluation
 def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """`(kept, transient)`: activation memory one layer keeps for backward, per micro-batch and
     device, and what full recompute holds on top while it rebuilds a layer.
@@ -256,8 +264,8 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     # the QKV and fc1 inputs (4 of the 10): 1/tp shards under sequence parallelism, whole where DTensor keeps
     # them gathered (`sp_keeps_gathered_input`)
     gemm_in_div = sp_div
-    if bool((d.sp_keeps_gathered_input > 0).any()):
-        gemm_in_div = torch.where(d.sp_keeps_gathered_input > 0, 1.0, sp_div)
+    if keeps_gathered_input(d) is not None:
+        gemm_in_div = torch.where(keeps_gathered_input(d) > 0, 1.0, sp_div)
         replicated = replicated + 4.0 * th * (1.0 / gemm_in_div - 1.0 / sp_div)
     kv_ratio = d.num_kv_heads / d.num_heads
     ta = local_tokens(d) * attention_width(d)
@@ -404,6 +412,9 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
         logit_bytes = torch.where(eager_cross_entropy(d) > 0, 12.0, logit_bytes)
     logits = local_tokens(d) * d.vocab_size / d.tp * logit_bytes * has_vocabulary(d)
     message = local_tokens(d) * d.hidden_size * elem
+    if keeps_gathered_input(d) is not None:  # the output layer's gathered input, whole (DTensor), 16-bit
+        sp_div = torch.where(d.sequence_parallel > 0, d.tp, 1.0)
+        logits = logits + keeps_gathered_input(d) * message * (1.0 - 1.0 / sp_div) * has_vocabulary(d)
     dense, _ = layer_params(d)
     zero3, held_bytes = zero >= 3, weight_bytes_per_param(d)
     # ZeRO-3 / FSDP prefetch: two blocks' gathered weights (fp8 where FSDP2 gathers float8)

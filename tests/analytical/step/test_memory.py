@@ -17,6 +17,7 @@ from analytical.step.memory import (
     in_flight_micro_batches,
     memory_breakdown,
     params_per_device,
+    recompute_transient_bytes,
 )
 from analytical.step.param_bytes import adam_step_bytes_per_param
 from analytical.step.workload import total_params
@@ -413,7 +414,6 @@ def test_dtensor_sequence_parallel_keeps_the_gathered_gemm_inputs(h100, system, 
     """`sp_keeps_gathered_input` (torchtitan's DTensor TP): the QKV and fc1 inputs are kept whole instead of
     as 1/tp shards, at their GEMM format's bytes; a layer rebuilt by full recompute holds them so too; without
     sequence parallelism nothing changes (they were whole already)."""
-    from analytical.step.memory import recompute_transient_bytes
 
     def per_layer(recompute, sp, keep):
         d = design(h100, system, gpt3, MappingSpec(tp=t, sequence_parallel=sp, precision=precision, recompute=recompute,
@@ -427,3 +427,17 @@ def test_dtensor_sequence_parallel_keeps_the_gathered_gemm_inputs(h100, system, 
     assert full_gathered[0] == full_shard[0]  # full recompute keeps only the layer input
     assert full_gathered[1] - full_shard[1] == pytest.approx(extra, rel=1e-12)
     assert per_layer("none", False, True) == per_layer("none", False, False)
+
+
+def test_dtensor_sequence_parallel_keeps_the_output_layers_gathered_input(h100, system, design, gpt3):
+    """The output layer is a column-parallel GEMM too: under `sp_keeps_gathered_input` its input (the final
+    norm's output, 16-bit: no fp8 GEMM runs it) is kept whole, on top of what the layers keep."""
+    t, b = 8, 2
+
+    def parts(keep):
+        d = design(h100, system, gpt3, MappingSpec(tp=t, sequence_parallel=True, micro_batch_size=b, precision="fp8",
+                                                   recompute="full", sp_keeps_gathered_input=keep))
+        layers = float(activation_bytes_per_layer(d)[0]) * gpt3.num_layers * float(in_flight_micro_batches(d)[0])
+        return float(memory_breakdown(d)["activations"][0]) - layers - float(recompute_transient_bytes(d)[0])
+
+    assert parts(True) - parts(False) == pytest.approx(b * S * H * 2.0 * (1.0 - 1.0 / t), rel=1e-12)
