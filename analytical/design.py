@@ -220,3 +220,10 @@ def per_evaluation(fn):
         return memo[key]
 
     return wrapper
+
+
+@per_evaluation
+def sequence_parallel_divisor(d: DesignBatch) -> torch.Tensor:
+    """`(batch,)` what sequence parallelism divides the activations outside the tensor-parallel GEMMs by
+    (norm inputs, residuals, dropout masks, MoE dispatch): tp where it is on, else 1."""
+    return torch.where(d.sequence_parallel > 0, d.tp, 1.0)

@@ -76,7 +76,7 @@ from typing import NamedTuple
 import torch
 
 from analytical.codes import ELEMENTWISE_CODES, FFN_CODES
-from analytical.design import DesignBatch, per_evaluation
+from analytical.design import DesignBatch, per_evaluation, sequence_parallel_divisor
 from analytical.step.attention import head_dim, is_mla
 from analytical.step.workload import (
     activation_bytes_per_element,
@@ -168,7 +168,7 @@ def _eager_modules(d: DesignBatch) -> _EagerModules:
     transformer = is_kind(d, "transformer")
     eager = _torchtitan_eager(d) * transformer
     norm = eager * (d.elementwise == ELEMENTWISE_CODES["eager"]).to(elem.dtype)
-    norm_elements = norm * 2.0 * local_tokens(d) * d.hidden_size / torch.where(d.sequence_parallel > 0, d.tp, 1.0)
+    norm_elements = norm * 2.0 * local_tokens(d) * d.hidden_size / sequence_parallel_divisor(d)
     grouped = eager * ((d.num_kv_heads < d.num_heads) & ~is_mla(d)).to(elem.dtype)
     activation = (d.elementwise != ELEMENTWISE_CODES["fused"]) * transformer * local_tokens(d) * mlp_width(d) / d.tp
     relu2 = (d.ffn_type == FFN_CODES["squared_relu"]) * activation * elem

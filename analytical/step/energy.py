@@ -34,7 +34,7 @@ from analytical.chip import silicon
 from analytical.chip.tech_types import LogicNode
 from analytical.chip.technology import link_tech, logic_node, memory_tech
 from analytical.codes import RECOMPUTE_CODES, TOPOLOGY_CODES, Reason
-from analytical.design import DesignBatch, per_precision
+from analytical.design import DesignBatch, per_precision, sequence_parallel_divisor
 from analytical.specs import PEAK_FORMATS, AcceleratorSpec
 from analytical.step import collectives as coll
 from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
@@ -338,7 +338,7 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     kv_bytes = kv_bytes * transformer
     cp = all_gather_link_bytes(kv_bytes, d.cp, d.tp, domain)
     moe = is_moe(d) * transformer
-    sp_div = torch.where(d.sequence_parallel > 0, d.tp, torch.ones_like(d.tp))  # as analytical.step.model
+    sp_div = sequence_parallel_divisor(d)
     token_bytes = tokens * d.hidden_size * elem * moe / sp_div
     ep = all_to_all_link_bytes(token_bytes * routed_copies(d), d.ep, expert_tp(d), domain)
     if bool((d.ep_dispatcher > 0).any()):  # (skipped where no design deduplicates its dispatch)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from analytical.codes import RECOMPUTE_CODES
-from analytical.design import DesignBatch
+from analytical.design import DesignBatch, sequence_parallel_divisor
 from analytical.step.attention import (any_mla, attention_out_width, attention_width, latent_activation_bytes_per_token,
                                        qkv_projection_width)
 from analytical.step.cnn import any_cnn, cnn_terms
@@ -259,7 +259,7 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     tr, lstm = is_kind(d, "transformer"), is_kind(d, "lstm")
     t = d.tp
     th = local_tokens(d) * d.hidden_size
-    sp_div = torch.where(d.sequence_parallel > 0, t, 1.0)
+    sp_div = sequence_parallel_divisor(d)
     replicated = 10.0 * th / sp_div  # two norm inputs, two GEMM inputs, two dropout masks
     # the QKV and fc1 inputs (4 of the 10): 1/tp shards under sequence parallelism, whole where DTensor keeps
     # them gathered (`sp_keeps_gathered_input`)
@@ -355,10 +355,8 @@ def recompute_transient_bytes(d: DesignBatch) -> torch.Tensor:
 def recomputed_module_bytes(d: DesignBatch) -> torch.Tensor:
     """HBM bytes of the forward norms and MLP activation of one layer (read + write, 16-bit): what
     selective recompute with fused attention runs again (`activation_bytes_per_layer`)."""
-    t = d.tp
-    sp_div = torch.where(d.sequence_parallel > 0, t, 1.0)
-    norms = 2.0 * 2.0 * local_tokens(d) * d.hidden_size / sp_div
-    act = (2.0 + is_swiglu(d)) * local_tokens(d) * mlp_width(d) / t
+    norms = 2.0 * 2.0 * local_tokens(d) * d.hidden_size / sequence_parallel_divisor(d)
+    act = (2.0 + is_swiglu(d)) * local_tokens(d) * mlp_width(d) / d.tp
     return is_kind(d, "transformer") * activation_bytes_per_element(d) * (norms + act)
 
 
@@ -413,8 +411,8 @@ def memory_breakdown(d: DesignBatch, params: torch.Tensor | None = None) -> dict
     logits = local_tokens(d) * d.vocab_size / d.tp * logit_bytes * has_vocabulary(d)
     message = local_tokens(d) * d.hidden_size * elem
     if keeps_gathered_input(d) is not None:  # the output layer's gathered input, whole (DTensor), 16-bit
-        sp_div = torch.where(d.sequence_parallel > 0, d.tp, 1.0)
-        logits = logits + keeps_gathered_input(d) * message * (1.0 - 1.0 / sp_div) * has_vocabulary(d)
+        logits = logits + (keeps_gathered_input(d) * message * (1.0 - 1.0 / sequence_parallel_divisor(d))
+                           * has_vocabulary(d))
     dense, _ = layer_params(d)
     zero3, held_bytes = zero >= 3, weight_bytes_per_param(d)
     # ZeRO-3 / FSDP prefetch: two blocks' gathered weights (fp8 where FSDP2 gathers float8)

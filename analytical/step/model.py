@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from analytical.codes import CUDA_GRAPH_CODES, DP_MODE_CODES, RECOMPUTE_CODES, Reason
-from analytical.design import DesignBatch, memoizing
+from analytical.design import DesignBatch, memoizing, sequence_parallel_divisor
 from analytical.result import StepResult
 from analytical.step import collectives as coll
 from analytical.step import energy
@@ -212,7 +212,7 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
     moe = is_moe(d) * transformer
     # with sequence parallelism each tensor-parallel rank dispatches only its 1/tp of the tokens
     # (Megatron-Core MoE: the token dispatcher runs on the sequence-parallel shards)
-    sp_div = torch.where(d.sequence_parallel > 0, d.tp, torch.ones_like(d.tp))
+    sp_div = sequence_parallel_divisor(d)
     token_bytes = tokens * d.hidden_size * elem / sp_div
     # the ep group: ranks etp apart (Megatron-Core's expert grid, tp-ep-dp-pp with etp in tp's place)
     ep_a2a = _on_group(coll.group_all_to_all_time_s, d, links, token_bytes * routed_copies(d), d.ep, expert_tp(d))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from analytical.codes import FFN_CODES, KIND_CODES, PRECISION_CODES
-from analytical.design import DesignBatch, per_evaluation
+from analytical.design import DesignBatch, per_evaluation, sequence_parallel_divisor
 from analytical.step.attention import (attention_out_width, attention_params, attention_width, head_dim,
                                        qk_head_dim, qkv_projection_width, value_head_dim)
 from analytical.step.cnn import any_cnn, cnn_terms
@@ -415,7 +415,7 @@ def memory_bound_bytes_per_layer(d: DesignBatch) -> tuple[torch.Tensor, torch.Te
     t = d.tp
     elem = activation_bytes_per_element(d)
     th = local_tokens(d) * d.hidden_size
-    sp_div = torch.where(d.sequence_parallel > 0, t, 1.0)
+    sp_div = sequence_parallel_divisor(d)
     norms = 2.0 * 2.0 * th / sp_div
     residual = 2.0 * 3.5 * th / sp_div
     act = (2.0 + is_swiglu(d)) * local_tokens(d) * mlp_width(d) / t
