@@ -288,8 +288,6 @@ def test_per_op_checkpointing_keeps_input_attention_output_and_half_the_matmul_o
 
 
 def test_per_op_checkpointing_sits_between_full_and_none(a100, system, design, llama_gqa):
-    from analytical.step.memory import recompute_transient_bytes
-
     kept = {r: design(a100, system, llama_gqa, MappingSpec(recompute=r, flash_attention=True))
             for r in ("none", "op", "full")}
     none, op, full = (float(activation_bytes_per_layer(kept[r])[0]) for r in ("none", "op", "full"))
