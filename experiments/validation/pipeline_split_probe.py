@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import math
 from pathlib import Path
 
 from analytical import evaluate, stack_designs
+from analytical.step.memory import micro_batches_per_step
+from analytical.step.workload import stage_layers
 from deepflow.validation import read_rows
 
 HERE = Path(__file__).resolve().parent
@@ -48,11 +49,12 @@ def _stage_s(row: dict, micro_batches: float) -> float:
 def _layer_and_output_s(spec: tuple) -> tuple[float, float, dict, float]:
     """`(T_l, T_o, row, micro-batches)` of one row: one layer's and the output layer's per-micro-batch time."""
     accelerator, system, model, mapping = spec
-    row = evaluate(stack_designs([accelerator], [system], [model], [mapping])).row(0)
+    design = stack_designs([accelerator], [system], [model], [mapping])
+    row = evaluate(design).row(0)
     small = dataclasses.replace(model, vocab_size=8)
     no_output = evaluate(stack_designs([accelerator], [system], [small], [mapping])).row(0)
-    micro_batches = mapping.global_batch_size / (mapping.dp * mapping.micro_batch_size)
-    layers = math.ceil(model.num_layers / (mapping.pp * mapping.vp) - 1e-9) * mapping.vp
+    # the model's own stage and micro-batch counts (analytical.step.workload / memory)
+    micro_batches, layers = float(micro_batches_per_step(design)[0]), float(stage_layers(design)[0])
     with_output, without = _stage_s(row, micro_batches), _stage_s(no_output, micro_batches)
     return without / layers, with_output - without, row, micro_batches
 
