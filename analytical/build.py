@@ -15,6 +15,7 @@ from analytical.codes import (ATTENTION_KERNEL_CODES, CNN_ARCH_CODES, CUDA_GRAPH
 from analytical.design import DesignBatch
 from analytical.power_cap import apply_power_limit
 from analytical.specs import AcceleratorSpec, MappingSpec, ModelSpec, SystemSpec
+from analytical.stack import OVERLAP_KINDS
 from analytical.step.energy import accelerator_energy_fields
 
 
@@ -109,9 +110,7 @@ def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
         "distributed_optimizer": float(mapping.distributed_optimizer),
         "precision": PRECISION_CODES[mapping.precision],
         "flash_attention": float(mapping.flash_attention),
-        "overlap_dp_comm": float(mapping.overlap_dp_comm),
-        "overlap_tp_comm": float(mapping.overlap_tp_comm),
-        "overlap_pp_comm": float(mapping.overlap_pp_comm),
+        **{field: float(mapping.overlap(kind)) for kind, field in OVERLAP_KINDS.items()},
         "overlap_ep_comm": float(mapping.overlap_ep_comm),
         "ep_dispatcher": EP_DISPATCHER_CODES[mapping.ep_dispatcher],
         "moe_capacity_factor": mapping.moe_capacity_factor,

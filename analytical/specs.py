@@ -21,6 +21,7 @@ from analytical.choices import (ATTENTION_KERNELS, CNN_ARCHS, CUDA_GRAPHS, DP_MO
                                EP_DISPATCHERS, FFN_TYPES, MASTER_PARAMS, MEGATRON_RECOMPUTE, MODEL_KINDS,
                                OPTIMIZER_STATE_DTYPES, PEAK_FORMATS, PRECISION_FORMAT, PRECISIONS, RECOMPUTE,
                                TOPOLOGIES)
+from analytical.stack import OVERLAP_KINDS, stack_overlap
 
 
 class SpecError(ValueError):
@@ -80,6 +81,10 @@ class AcceleratorSpec:
     hbm_bw_gb_per_s: float = 0.0
     scale_up_bw_gb_per_s: float = 0.0  # NVLink-class, per direction per device
     scale_out_gbit_per_s: float = 0.0  # NIC, per direction per device
+    # devices one scale-up (NVLink) domain of the platform the part ships in holds (GB200 / GB300 NVL72: 72);
+    # 0: one node. A system states its own domain (`SystemSpec.scale_up_domain`); this is the default of a
+    # measured run that does not (`deepflow.validation`: min(this, the run's devices), never below its node)
+    scale_up_domain: int = 0
     kernel_launch_us: float = 0.0
     tile_m: int = 128  # output tile of the tensor-core GEMM kernels (rows)
     tile_n: int = 128  # (columns)
@@ -113,6 +118,7 @@ class AcceleratorSpec:
         _check_positive(spec, self, ("sram_mib", "sram_bw_tb_per_s", "hbm_gib", "hbm_bw_gb_per_s",
                                      "scale_up_bw_gb_per_s"))
         _check_int(spec, self, ("compute_units", "tile_m", "tile_n"))
+        _check_int(spec, self, ("scale_up_domain",), minimum=0)
         if max(getattr(self, name) for name in peaks) <= 0:
             raise SpecError(spec, "peak_tflops_*", 0, "at least one precision with a peak > 0")
         return self
@@ -316,10 +322,13 @@ class MappingSpec:
     distributed_optimizer: bool = False
     precision: str = "bf16"
     flash_attention: bool = True
-    overlap_dp_comm: bool = False
-    overlap_tp_comm: bool = False
-    # steady-1F1B pipeline sends overlapped with compute (Megatron-Core overlap_p2p_comm): fill and flush exposed
-    overlap_pp_comm: bool = False
+    # overlap of the data-parallel reduction and weight gather with compute (Megatron-Core overlap_grad_reduce /
+    # overlap_param_gather), of tensor-parallel traffic with the GEMMs (Transformer Engine userbuffers), and of the
+    # steady-1F1B pipeline sends (Megatron-Core overlap_p2p_comm: fill and flush exposed). None: the stack's default,
+    # `stack_overlap` (on where the distributed optimizer marks Megatron-Core as NeMo / Megatron-Bridge run it)
+    overlap_dp_comm: Optional[bool] = None
+    overlap_tp_comm: Optional[bool] = None
+    overlap_pp_comm: Optional[bool] = None
     # EP dispatch and combine of one micro-batch beside another's compute (overlap_moe_expert_parallel_comm)
     overlap_ep_comm: bool = False
     ep_dispatcher: str = "alltoall"  # one of EP_DISPATCHERS
@@ -409,15 +418,22 @@ class MappingSpec:
         if self.staleness and self.dp_mode != "ps_sync":
             raise SpecError(spec, "staleness", self.staleness,
                             "0 unless dp_mode is ps_sync (ps_async has no bound, allreduce no slack)")
+        for name in OVERLAP_KINDS.values():
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
+                raise SpecError(spec, name, getattr(self, name), "true, false or null (the stack's default)")
         _check_bool(spec, self, ("sequence_parallel", "fsdp", "distributed_optimizer", "flash_attention",
-                                 "overlap_dp_comm", "overlap_tp_comm", "overlap_pp_comm", "overlap_ep_comm",
-                                 "fused_cross_entropy", "grad_reduce_in_fp32", "fp8_param_gather",
+                                 "overlap_ep_comm", "fused_cross_entropy", "grad_reduce_in_fp32", "fp8_param_gather",
                                  "fp8_attention", "fused_expert_mlp", "moe_pad_to_capacity", "sp_keeps_gathered_input"))
         if self.overlap_ep_comm and self.recompute == "full":
             raise SpecError(spec, "overlap_ep_comm", self.overlap_ep_comm, "false with recompute=full (Megatron-Core's "
                             "expert-parallel overlap schedules the forward and backward of two micro-batches "
                             "together, which full recomputation breaks)")
         return self
+
+    def overlap(self, kind: str) -> bool:
+        """Whether `kind` ("dp", "tp" or "pp") traffic overlaps compute: the field where set, else `stack_overlap`."""
+        value = getattr(self, OVERLAP_KINDS[kind])
+        return stack_overlap(self, kind) if value is None else value
 
 
 def spec_from_dict(cls: type, values: dict[str, Any], spec_name: str) -> Any:

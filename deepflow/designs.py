@@ -37,6 +37,7 @@ from analytical.codes import (
     TOPOLOGY_CODES,
     US,
 )
+from analytical.stack import OVERLAP_KINDS
 from deepflow.presets import GROUP_SPECS, ConfigError, to_spec
 
 # DesignBatch field -> (config group, spec field, factor from SI to the spec's unit, codes or None)
@@ -124,18 +125,23 @@ def _typed(spec_cls: type, field: str, value: float, codes: Optional[dict]) -> A
         return {code: name for name, code in codes.items()}[int(round(value))]
     default = {f.name: f for f in dataclasses.fields(spec_cls)}[field]
     kind = str(default.type)
+    if "bool" in kind:  # (an Optional bool's None, the stack's default, is resolved in a batch: 0 is false)
+        return bool(round(value))
     if kind.startswith("Optional") and value == 0.0:
         return None  # a batch's 0 for "derive it" (head_dim, v_head_dim)
-    if "bool" in kind:
-        return bool(round(value))
     if "int" in kind:
         return int(round(value))
     return float(value)
 
 
 def group_sections(cfg: DictConfig) -> dict[str, dict[str, Any]]:
-    """Complete, validated `{group: {field: value}}` of the spec groups of a composed config."""
-    return {g: dataclasses.asdict(to_spec(g, cfg[g])) for g in SPEC_GROUPS}
+    """Complete, validated `{group: {field: value}}` of the spec groups of a composed config. An overlap the
+    mapping leaves to the stack's default is written as the flag it resolves to (`MappingSpec.overlap`), the
+    value a design built from the config carries whatever a space then changes."""
+    specs = {g: to_spec(g, cfg[g]) for g in SPEC_GROUPS}
+    sections = {g: dataclasses.asdict(spec) for g, spec in specs.items()}
+    sections["mapping"].update({field: specs["mapping"].overlap(kind) for kind, field in OVERLAP_KINDS.items()})
+    return sections
 
 
 def chip_section(chip, values: dict[str, float]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import torch
 
 from analytical import Efficiency, Reason, SystemSpec, evaluate, stack_designs
 from analytical.specs import MappingSpec, ModelSpec
+from analytical.stack import OVERLAP_KINDS
 from deepflow.presets import ConfigError, load_preset
 
 GIB = 2.0 ** 30
@@ -88,6 +89,13 @@ def _opt(row: pd.Series, key: str, default):
     return default if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
+def _platform_domain(row: pd.Series, accelerator) -> int:
+    """The NVLink domain of a row that states none: its node, or the platform's domain where the part ships in a
+    larger one (`AcceleratorSpec.scale_up_domain`, e.g. GB200 NVL72), capped at the run's GPUs."""
+    node, devices = int(row["gpus_per_node"]), int(row["num_gpus"])
+    return max(node, min(accelerator.scale_up_domain, devices))
+
+
 def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
     where = f"row {row['id']}"
     try:
@@ -98,7 +106,7 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
         accelerator = dataclasses.replace(accelerator, power_limit_w=float(row["power_limit_w"]))
     system = SystemSpec(name="cluster", num_devices=int(row["num_gpus"]),
                         devices_per_node=int(row["gpus_per_node"]),
-                        scale_up_domain=int(_opt(row, "scale_up_domain", row["gpus_per_node"])),
+                        scale_up_domain=int(_opt(row, "scale_up_domain", _platform_domain(row, accelerator))),
                         scale_out_gbit_per_device=float(_opt(row, "scale_out_gbit_per_gpu",
                                                              accelerator.scale_out_gbit_per_s)))
     heads = int(row["num_heads"])
@@ -148,8 +156,10 @@ def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
                           attention_kernel=str(_opt(row, "attention_kernel", "native")),
                           sp_keeps_gathered_input=bool(int(_opt(row, "sp_keeps_gathered_input", 0))),
                           etp=int(_opt(row, "etp", 0)),
-                          **{f"overlap_{k}_comm": bool(int(_opt(row, f"overlap_{k}_comm", 0)))
-                             for k in ("dp", "tp", "pp", "ep")})
+                          overlap_ep_comm=bool(int(_opt(row, "overlap_ep_comm", 0))),
+                          # dp / tp / pp overlap a row does not state: the stack's default (MappingSpec.overlap)
+                          **{field: (None if _opt(row, field, None) is None else bool(int(row[field])))
+                             for field in OVERLAP_KINDS.values()})
     for spec in (system, model, mapping):
         try:
             spec.validate()

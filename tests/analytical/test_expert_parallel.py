@@ -106,7 +106,8 @@ def test_the_search_keeps_the_dispatcher_and_drops_full_recompute_with_overlap(h
 
 def _serial_dp(**changes) -> MappingSpec:
     """Distributed optimizer, no overlap: the data-parallel breakdown is the collectives' time."""
-    return MappingSpec(**{"dp": 32, "ep": 32, "global_batch_size": 256, "distributed_optimizer": True, **changes})
+    return MappingSpec(**{"dp": 32, "ep": 32, "global_batch_size": 256, "distributed_optimizer": True,
+                          "overlap_dp_comm": False, **changes})
 
 
 def test_experts_held_once_are_not_reduced(run, h100, make_system):

@@ -85,7 +85,8 @@ def test_sharded_optimizer_gather_hides_behind_the_forward_pass(a100, make_syste
     the reduction; short sequences make it longer than the backward pass."""
     eff = dataclasses.replace(DEFAULT_EFFICIENCY, overlap_compute_slowdown=1.0)
     model = dataclasses.replace(small_gpt, seq_length=128)
-    serial = MappingSpec(dp=16, global_batch_size=16, distributed_optimizer=True, grad_reduce_in_fp32=False)
+    serial = MappingSpec(dp=16, global_batch_size=16, distributed_optimizer=True, grad_reduce_in_fp32=False,
+                         overlap_dp_comm=False)
     comm = _dp(evaluate(design(a100, make_system(16), model, serial), eff))
     result = evaluate(design(a100, make_system(16), model, dataclasses.replace(serial, overlap_dp_comm=True)), eff)
     backward = float(result.time_breakdown_s["backward_compute"][0])
@@ -93,3 +94,34 @@ def test_sharded_optimizer_gather_hides_behind_the_forward_pass(a100, make_syste
     assert comm > backward  # the backward pass alone could not hide it
     assert _dp(result) == pytest.approx(max(comm / 2 - backward, 0.0) + max(comm / 2 - forward, 0.0), abs=1e-12)
     assert _dp(result) < comm - backward
+
+
+@pytest.mark.parametrize("fields,expected", [
+    # Megatron-Core with its distributed optimizer, as NeMo / Megatron-Bridge configure it
+    ({"distributed_optimizer": True, "tp": 4, "sequence_parallel": True, "pp": 8, "vp": 6}, (True, True, True)),
+    ({"distributed_optimizer": True, "tp": 4, "sequence_parallel": False, "pp": 8, "vp": 1}, (True, False, False)),
+    ({"distributed_optimizer": True, "tp": 1, "pp": 1}, (True, False, False)),
+    # Megatron-LM before the distributed optimizer (published_runs.csv), DeepSpeed: nothing overlaps
+    ({"tp": 8, "sequence_parallel": True, "pp": 8, "vp": 2, "zero_stage": 1}, (False, False, False)),
+    # PyTorch FSDP prefetches its gathers and overlaps its reduce-scatters; its DTensor TP does not overlap
+    ({"fsdp": True, "zero_stage": 3, "tp": 8, "sequence_parallel": True}, (True, False, False)),
+])
+def test_unset_overlaps_take_the_stacks_default(fields, expected):
+    mapping = MappingSpec(**fields).validate()
+    assert (mapping.overlap_dp_comm, mapping.overlap_tp_comm, mapping.overlap_pp_comm) == (None, None, None)
+    assert tuple(mapping.overlap(kind) for kind in ("dp", "tp", "pp")) == expected
+
+
+def test_a_set_overlap_wins_over_the_stacks_default(a100, make_system, gpt3, design):
+    """An explicit flag is the design; None evaluates exactly as the flag the stack's default gives."""
+    stack = MappingSpec(tp=8, pp=4, dp=2, vp=2, sequence_parallel=True, distributed_optimizer=True,
+                        micro_batch_size=1, global_batch_size=16)
+    off = dataclasses.replace(stack, overlap_dp_comm=False, overlap_tp_comm=False, overlap_pp_comm=False)
+    on = dataclasses.replace(stack, overlap_dp_comm=True, overlap_tp_comm=True, overlap_pp_comm=True)
+    times = [float(evaluate(design(a100, make_system(64), gpt3, m)).step_time_s[0]) for m in (stack, off, on)]
+    assert times[0] == times[2] < times[1]
+
+
+def test_an_overlap_flag_names_its_allowed_values():
+    with pytest.raises(ValueError, match=r"overlap_tp_comm = 2 is invalid: allowed true, false or null"):
+        MappingSpec(overlap_tp_comm=2).validate()

@@ -196,3 +196,31 @@ def test_a_one_row_model_has_no_kendall_tau_and_the_report_is_strict_json(tmp_pa
 def _write(frame: pd.DataFrame, path) -> str:
     frame.to_csv(path, index=False)
     return str(path)
+
+
+def test_a_row_without_stack_columns_gets_the_stacks_overlaps_and_its_platforms_domain(tmp_path):
+    """A measured run that states only its mapping (the published_runs.csv columns): with the distributed
+    optimizer its dp / tp / pp traffic overlaps as Megatron-Core's recipes run it, and a GB200 run's NVLink
+    domain is the NVL72 rack's (capped at the run's GPUs), not its 4-GPU tray; stated columns win."""
+    modern = pd.read_csv(DATA / "modern_runs.csv")
+    base = list(pd.read_csv(DATA / "published_runs.csv", nrows=0).columns)
+    rows = modern[modern["id"].isin(["dgxc-v25.04.02-h100-gpt3-175b-fp8-128",
+                                     "mbridge-25.11-gb200-llama3-8b-fp8-8",
+                                     "dgxc-v25.05.05-gb200-llama3.1-405b-fp8-128"])]
+    rows[base + ["flash_attention"]].to_csv(tmp_path / "plain.csv", index=False)
+    rows.to_csv(tmp_path / "typed.csv", index=False)
+    plain, typed = read_rows(str(tmp_path / "plain.csv")), read_rows(str(tmp_path / "typed.csv"))
+    by_id = {i: spec for i, spec in zip(plain.ids, plain.specs)}
+    _, system, _, mapping = by_id["dgxc-v25.04.02-h100-gpt3-175b-fp8-128"]
+    assert (mapping.overlap("dp"), mapping.overlap("tp"), mapping.overlap("pp")) == (True, True, True)
+    assert system.scale_up_domain == 8  # an HGX node
+    assert by_id["mbridge-25.11-gb200-llama3-8b-fp8-8"][1].scale_up_domain == 8  # all 8 GPUs, in one rack
+    assert by_id["dgxc-v25.05.05-gb200-llama3.1-405b-fp8-128"][1].scale_up_domain == 72
+    for (_, sys_p, _, map_p), (_, sys_t, _, map_t) in zip(plain.specs, typed.specs):
+        assert sys_p.scale_up_domain == sys_t.scale_up_domain
+        assert [map_p.overlap(k) for k in ("dp", "tp", "pp")] == [map_t.overlap(k) for k in ("dp", "tp", "pp")]
+    stated = rows[base + ["flash_attention"]].assign(overlap_tp_comm=0, scale_up_domain=rows["gpus_per_node"])
+    stated.to_csv(tmp_path / "stated.csv", index=False)
+    stated = read_rows(str(tmp_path / "stated.csv"))
+    assert not any(spec[3].overlap("tp") for spec in stated.specs)
+    assert [spec[1].scale_up_domain for spec in stated.specs] == list(rows["gpus_per_node"])  # 4 on GB200 trays

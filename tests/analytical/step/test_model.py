@@ -431,7 +431,7 @@ def test_hsdp_data_parallel_time_is_its_shard_collectives_and_the_replicas_all_r
     from analytical.step.efficiency import DEFAULT_EFFICIENCY
     from analytical.step.model import _links
 
-    mapping = MappingSpec(dp=16, distributed_optimizer=True, global_batch_size=32, dp_shard=8)
+    mapping = MappingSpec(dp=16, distributed_optimizer=True, global_batch_size=32, dp_shard=8, overlap_dp_comm=False)
     d = single_design(a100, make_system(16), small_gpt, mapping)
     links = _links(memoizing(d), DEFAULT_EFFICIENCY)
     grads = params_per_device(d) * 4.0  # fp32 main gradients
