@@ -19,7 +19,7 @@ Pareto case: time and energy per step (objective time_energy) on `pareto-chip`
 (experiments/benchmarks/pareto_space.py: Llama-3 70B on 1024 devices, every point deriving its
 chip from a 300-1200 W power budget and its compute / memory split, the die's compute share,
 FLOP/clk per unit, the scale-up domain and tp, pp, micro-batch, recompute; 202,176 known-feasible
-points, a true front of 23 designs), the fraction of the true front's hypervolume (logs; reference
+points, a true front of 27 designs at 0562c3b), the fraction of the true front's hypervolume (logs; reference
 point = the front's nadir + 10 % of its range, at least 0.01) that the feasible evaluations reach
 after 50/100/200/300 evaluations: BO (qLogNEHVI with that reference point), random and evolution
 (NSGA-II for two objectives). `--pareto-space mapping` runs it on a fixed-chip space instead, where

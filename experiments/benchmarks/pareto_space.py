@@ -18,13 +18,14 @@ with more than two choices with a categorical kernel, evolution mutates it to an
 
     python experiments/benchmarks/pareto_space.py    # grid, known-feasible, feasible, the front; one JSON line
 
-Measured (`python experiments/benchmarks/pareto_space.py`, 5-20 s on a loaded 2-core machine): grid
-311,040 points, 202,176 known-feasible, 114,048 feasible (the rest out of memory); the true front
-has 23 designs, step time 5.51-10.70 s and energy per step 1.49-3.48 MJ along it (1.9x and 2.3x).
-Every front design has 4096 FLOP/clk units on 70 % of the die, a 64-device scale-up domain, no
-recomputation and tp 8 pp 1 micro-batch 2 (or tp 4 pp 2 micro-batch 1); along the front the power
-budget (300-1200 W) and its compute / memory split move: finding the front means finding that chip
-and mapping, then the right budgets and splits.
+Measured (`python experiments/benchmarks/pareto_space.py`, under 1 s at 0562c3b): grid 311,040 points, 202,176
+known-feasible, 124,416 feasible (the rest out of memory); the true front has 27 designs, step time 5.66-11.24 s
+and energy per step 1.86-5.10 MJ along it (2.0x and 2.7x). Every front design has 70 % of the die in compute
+units (2048 or, at the low budgets, 4096 FLOP/clk each) and a 64-device scale-up domain; all but one run without
+recomputation at tp 8 pp 1 micro-batch 2 or tp 4 pp 2 micro-batch 1; along the front the power budget
+(300-1200 W) and its compute / memory split move: finding the front means finding that chip and mapping, then
+the right budgets and splits. (When bench_bo.py's Pareto table was measured, bcb1b39, the model's front had 23
+designs, 5.51-10.70 s and 1.49-3.48 MJ, with 114,048 feasible points; later model changes moved it.)
 """
 
 from __future__ import annotations
