@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from analytical import REASON_TEXT, Reason, TIME_PARTS
+from analytical.stack import OVERLAP_KINDS
 from deepflow.tables import table
 
 GIB = 2.0**30
@@ -21,6 +22,16 @@ def _fmt_energy(joules: float) -> str:
     return f"{joules * 1e6:9.3f} uJ"
 
 
+def _overlaps(mapping) -> str:
+    """' overlap=dp,tp' for the traffic kinds that overlap compute, with '(stack default)' where the mapping
+    left one of them unset (`MappingSpec.overlap`); empty where none does."""
+    kinds = [k for k in OVERLAP_KINDS if mapping.overlap(k)]
+    if not kinds:
+        return ""
+    unset = any(getattr(mapping, OVERLAP_KINDS[k]) is None for k in kinds)
+    return f" overlap={','.join(kinds)}" + (" (stack default)" if unset else "")
+
+
 def design_line(accelerator, system, model, mapping) -> str:
     dp = mapping.dp if mapping.dp is not None else "auto"
     return (f"{model.name} on {system.num_devices} x {accelerator.name} ({system.name}); "
@@ -30,6 +41,7 @@ def design_line(accelerator, system, model, mapping) -> str:
             f"precision={mapping.precision} "
             f"flash={int(mapping.flash_attention)}"
             + (" fsdp=1" if mapping.fsdp else "")
+            + _overlaps(mapping)
             + (f" ep_dispatcher={mapping.ep_dispatcher}" if mapping.ep_dispatcher != "alltoall" else "")
             + (" overlap_ep=1" if mapping.overlap_ep_comm else "")
             + (f" moe_capacity_factor={mapping.moe_capacity_factor:g}" if mapping.moe_capacity_factor else "")

@@ -149,3 +149,24 @@ def test_validate_groups_the_errors_by_row_properties():
     assert table.returncode == 0 and "error by group" in table.stdout and "a100-sxm-80gb" in table.stdout
     bad = run("validate", "group_by=vendor")
     assert bad.returncode == 2 and "group_by: 'vendor' is invalid: allowed model, gpu" in bad.stderr
+
+
+def test_the_issues_example_reads_its_unset_overlaps_as_the_stack_default():
+    """NeMo's GPT-3 175B FP8 recipe on 512 H100 (issue 10's example): with the distributed optimizer the unset
+    overlaps are the NeMo / Megatron-Bridge stack's, shown on the design line, and the step is the one with
+    the three flags set; setting one off is the design."""
+    example = ("model=gpt3-175b", "hardware=h100-sxm-80gb", "system=dgx-h100-superpod", "system.num_devices=512",
+               "mapping.tp=4", "mapping.pp=8", "mapping.dp=16", "mapping.vp=6", "mapping.micro_batch_size=2",
+               "mapping.global_batch_size=2048", "mapping.precision=fp8", "mapping.recompute=none",
+               "mapping.sequence_parallel=1", "mapping.distributed_optimizer=1", "mapping.flash_attention=1",
+               "model.seq_length=2048")
+    text = run("evaluate", *example)
+    assert text.returncode == 0, text.stderr
+    assert "overlap=dp,tp,pp (stack default)" in text.stdout.splitlines()[0]
+    times = []
+    for extra in ((), ("mapping.overlap_dp_comm=true", "mapping.overlap_tp_comm=true", "mapping.overlap_pp_comm=true"),
+                  ("mapping.overlap_tp_comm=false",)):
+        out = run("evaluate", *example, *extra, "output=json")
+        assert out.returncode == 0, out.stderr
+        times.append(json.loads(out.stdout)["step_time_s"])
+    assert times[0] == times[1] < times[2]
