@@ -45,7 +45,7 @@ from analytical.step.memory import (dp_collective_counts, full_recompute_share, 
                                     shard_groups, sharded_params, weight_groups)
 from analytical.step.param_bytes import adam_step_bytes_per_param, grad_bytes_per_param
 from analytical.step.workload import (
-    GEMM_SLOTS,
+    CORE_SLOTS,
     Gemms,
     activation_bytes_per_element,
     any_expert_tp,
@@ -63,7 +63,6 @@ from analytical.step.workload import (
 )
 
 ENERGY_PARTS = ("compute", "sram", "hbm", "scale_up", "scale_out", "static")
-CORE_SLOTS = [GEMM_SLOTS.index(n) for n in ("attention_scores", "attention_values")]
 
 # Per-unit energies of the silicon (J per FLOP, J per SRAM byte, static power) come from
 # `analytical.chip.silicon`, the one model that derived chips (`analytical.chip.derive`) use too; a preset runs at

@@ -38,9 +38,9 @@ from analytical.step.memory import (activation_bytes_per_layer, any_fsdp_unshard
                                     params_per_device, recomputed_module_bytes, reduce_buffers, shard_groups,
                                     sharded_params, weight_groups)
 from analytical.step.param_bytes import adam_step_bytes_per_param, grad_bytes_per_param
-from analytical.step.workload import (GEMM_SLOTS, activation_bytes_per_element, any_expert_tp, any_parameter_server,
-                                      attention_core_flops, attention_score_elements, expert_tp, fuse_jobs,
-                                      gemm_bytes_per_element, is_kind, is_moe, is_narrow,
+from analytical.step.workload import (CORE_SLOTS, GEMM_SLOTS, activation_bytes_per_element, any_expert_tp,
+                                      any_parameter_server, attention_core_flops, attention_score_elements, expert_tp,
+                                      fuse_jobs, gemm_bytes_per_element, is_kind, is_moe, is_narrow,
                                       layer_forward_flops_per_sequence, layer_gemms, local_tokens, logit_gemm_flops,
                                       memory_bound_bytes_per_layer, mlp_tp, model_flops_per_step, routed_copies,
                                       slot_sum, stage_layers)
@@ -48,7 +48,6 @@ from analytical.step.workload import (GEMM_SLOTS, activation_bytes_per_element, 
 TIME_PARTS = ("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pipeline_bubble",
               "pp_p2p", "dp_comm", "optimizer")
 TP_OVERLAP_SLOTS = [GEMM_SLOTS.index(n) for n in ("qkv", "attention_out", "ffn_up", "ffn_down")]
-CORE_SLOTS = [GEMM_SLOTS.index(n) for n in ("attention_scores", "attention_values")]
 
 
 def gemm_peak_fraction(d: DesignBatch, eff: Efficiency) -> torch.Tensor:

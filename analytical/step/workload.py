@@ -24,7 +24,7 @@ from analytical.step.cnn import any_cnn, cnn_terms
 GEMM_SLOTS = ("qkv", "attention_scores", "attention_values", "attention_out", "ffn_up", "ffn_down",
               "router", "recurrent")
 ROUTER_SLOT = GEMM_SLOTS.index("router")
-CORE_SLOTS = (GEMM_SLOTS.index("attention_scores"), GEMM_SLOTS.index("attention_values"))
+CORE_SLOTS = [GEMM_SLOTS.index("attention_scores"), GEMM_SLOTS.index("attention_values")]  # unfused QK^T, AV
 
 
 def slot_sum(x: torch.Tensor) -> torch.Tensor:
@@ -249,7 +249,7 @@ def _fused(d: DesignBatch, gemms: Gemms) -> Gemms:
     batched products of one job's rows each (`d.micro_batch_size` holds all B jobs' samples, see
     `fuse_jobs`); the attention score products, already one per sequence, stay as they are."""
     per_token = torch.ones(gemms.m.shape[-1], dtype=gemms.m.dtype, device=gemms.m.device)
-    per_token[list(CORE_SLOTS)] = 0.0
+    per_token[CORE_SLOTS] = 0.0
     split = 1.0 + (d.fused_jobs.unsqueeze(-1) - 1.0) * per_token
     return Gemms(gemms.m / split, gemms.n, gemms.k, gemms.count * split, gemms.serial)
 
