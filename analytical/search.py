@@ -23,8 +23,10 @@ The space searched (defaults of `SearchOptions`):
 - (zero_stage, distributed_optimizer): (0, off), (0, on), (2, off), (3, off); stages 2 and 3 only
   without pipeline parallelism. ZeRO stage 1 is modelled exactly as the distributed optimizer
   (both shard the optimizer state over dp), so only the latter is enumerated.
-- precision, flash_attention, overlap_dp_comm, overlap_tp_comm, ep_dispatcher, overlap_ep_comm, etp: as
-  given (not searched); with overlap_ep_comm, full recompute is not enumerated (Megatron-Core refuses it).
+- precision, flash_attention, overlap_dp_comm, overlap_tp_comm, overlap_pp_comm, ep_dispatcher, overlap_ep_comm,
+  etp: as given (not searched); an overlap given as None is each mapping's stack default
+  (`analytical.stack.stack_overlaps`: on with the distributed optimizer); with overlap_ep_comm, full recompute is
+  not enumerated (Megatron-Core refuses it).
 
 Every rule of `analytical.step.feasibility` about the mapping (degrees, divisibility, vp, ZeRO with
 pipelining) is applied while enumerating, so an enumerated mapping is infeasible only if it does
@@ -57,6 +59,7 @@ from analytical.result import StepResult
 from analytical.specs import (ATTENTION_KERNELS, CUDA_GRAPHS, DP_MODES, ELEMENTWISE, EP_DISPATCHERS, MASTER_PARAMS,
                               MEGATRON_RECOMPUTE, OPTIMIZER_STATE_DTYPES, PRECISIONS, RECOMPUTE, AcceleratorSpec,
                               MappingSpec, ModelSpec, SpecError, SystemSpec, _check_choice)
+from analytical.stack import OVERLAP_KINDS, stack_overlaps
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.model import evaluate
 
@@ -77,8 +80,11 @@ class SearchOptions:
     """Which mappings `enumerate_mappings` generates, and how `best_mappings` evaluates them."""
 
     flash_attention: bool = True
-    overlap_dp_comm: bool = False
-    overlap_tp_comm: bool = False
+    # None: each enumerated mapping's stack default (`analytical.stack.stack_overlaps`), as `evaluate` reads a
+    # mapping that leaves them unset
+    overlap_dp_comm: Optional[bool] = False
+    overlap_tp_comm: Optional[bool] = False
+    overlap_pp_comm: Optional[bool] = False
     # the MoE software stack, as given (not searched): the dispatcher and whether dispatch and
     # combine overlap another micro-batch (then full recompute, which Megatron-Core refuses with
     # it, is not enumerated)
@@ -257,7 +263,8 @@ def _template(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec
               precision: str, opt: SearchOptions) -> DesignBatch:
     mapping = MappingSpec(name="search-template", global_batch_size=global_batch_size, precision=precision,
                           flash_attention=opt.flash_attention, overlap_dp_comm=opt.overlap_dp_comm,
-                          overlap_tp_comm=opt.overlap_tp_comm, ep_dispatcher=opt.ep_dispatcher,
+                          overlap_tp_comm=opt.overlap_tp_comm, overlap_pp_comm=opt.overlap_pp_comm,
+                          ep_dispatcher=opt.ep_dispatcher,
                           overlap_ep_comm=opt.overlap_ep_comm, etp=opt.etp,
                           **{name: getattr(opt, name) for name in STACK_FIELDS})
     return single_design(accelerator, system, model, mapping)
@@ -273,9 +280,20 @@ def enumerate_mappings(accelerator: AcceleratorSpec, system: SystemSpec, model: 
     """
     opt = (options or DEFAULT_OPTIONS).validate()
     template = _template(accelerator, system, model, global_batch_size, precision, opt)
-    grid = _mapping_grid(system, model, global_batch_size, opt)
+    grid = _with_stack_overlaps(_mapping_grid(system, model, global_batch_size, opt), template, opt)
     n = grid["tp"].shape[0]
     return template.expand(n).replace(**{name: col.to(DTYPE) for name, col in grid.items()})
+
+
+def _with_stack_overlaps(grid: dict[str, torch.Tensor], template: DesignBatch, opt: SearchOptions
+                         ) -> dict[str, torch.Tensor]:
+    """`grid` plus, for each overlap `opt` leaves None, its column of every mapping's stack default."""
+    unset = [kind for kind, field in OVERLAP_KINDS.items() if getattr(opt, field) is None]
+    if not unset:
+        return grid
+    default = stack_overlaps(grid["distributed_optimizer"], template.fsdp[0], grid["tp"], grid["pp"], grid["vp"],
+                             grid["sequence_parallel"])
+    return {**grid, **{OVERLAP_KINDS[kind]: default[kind] * torch.ones_like(grid["tp"]) for kind in unset}}
 
 
 def enumerate_mappings_of(design: DesignBatch, options: Optional[SearchOptions] = None) -> DesignBatch:
@@ -295,7 +313,7 @@ def enumerate_mappings_of(design: DesignBatch, options: Optional[SearchOptions] 
     model = SimpleNamespace(kind=MODEL_KINDS[num("kind")], num_heads=num("num_heads"), kv_heads=num("num_kv_heads"),
                             seq_length=num("seq_length"), num_layers=num("num_layers"),
                             num_experts=num("num_experts"))
-    grid = _mapping_grid(system, model, num("global_batch_size"), opt)
+    grid = _with_stack_overlaps(_mapping_grid(system, model, num("global_batch_size"), opt), design, opt)
     return design.expand(grid["tp"].shape[0]).replace(**{name: col.to(DTYPE) for name, col in grid.items()})
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 OVERLAP_KINDS = {"dp": "overlap_dp_comm", "tp": "overlap_tp_comm", "pp": "overlap_pp_comm"}
 
 
-def stack_overlap(mapping, kind: str) -> bool:
-    """Whether `mapping`'s (a `MappingSpec`) `kind` traffic ("dp", "tp" or "pp") overlaps compute by default.
+def stack_overlaps(distributed_optimizer, fsdp, tp, pp, vp, sequence_parallel) -> dict:
+    """`{kind: overlapped}` for "dp", "tp" and "pp" by default, from a mapping's fields: Python scalars (bools
+    and ints, giving 0 / 1) or `(batch,)` tensors of 0 / 1 (an enumerated search's columns).
 
     With the distributed optimizer the run is Megatron-Core as NeMo 2 and Megatron-Bridge configure it: their
     communication-overlap callback turns on the data-parallel reduce-scatter and all-gather overlap with the
@@ -21,11 +22,15 @@ def stack_overlap(mapping, kind: str) -> bool:
     270-283; NeMo docs features/optimizations/communication_overlap.rst). Without it (Megatron-LM before the
     distributed optimizer, DeepSpeed, PyTorch FSDP) nothing overlaps but FSDP's own data-parallel prefetch.
     """
+    megatron = distributed_optimizer * 1
+    return {"dp": megatron + fsdp * (1 - megatron), "tp": megatron * (tp > 1) * sequence_parallel,
+            "pp": megatron * (pp > 1) * (vp > 1)}
+
+
+def stack_overlap(mapping, kind: str) -> bool:
+    """Whether `mapping`'s (a `MappingSpec`) `kind` traffic ("dp", "tp" or "pp") overlaps compute by default
+    (`stack_overlaps`)."""
     if kind not in OVERLAP_KINDS:
         raise ValueError(f"overlap kind {kind!r} is invalid: allowed {', '.join(OVERLAP_KINDS)}")
-    megatron = bool(mapping.distributed_optimizer)
-    if kind == "dp":
-        return megatron or bool(mapping.fsdp)
-    if kind == "tp":
-        return megatron and mapping.tp > 1 and bool(mapping.sequence_parallel)
-    return megatron and mapping.pp > 1 and mapping.vp > 1
+    return bool(stack_overlaps(mapping.distributed_optimizer, mapping.fsdp, mapping.tp, mapping.pp, mapping.vp,
+                               mapping.sequence_parallel)[kind])

@@ -27,6 +27,7 @@ def search(cfg) -> tuple[tuple, Any, str | None]:
     `BestMappings` (None when the chip cannot be built) and, then, why."""
     from analytical import REASON_TEXT, Reason
     from analytical.search import DEFAULT_OPTIONS, STACK_FIELDS, best_mappings, best_mappings_of
+    from analytical.stack import OVERLAP_KINDS
     from deepflow.calibration import efficiency_of
     from deepflow.config import design_from_config
 
@@ -34,8 +35,10 @@ def search(cfg) -> tuple[tuple, Any, str | None]:
     specs, design, derived = design_from_config(cfg)
     accelerator, system, model, mapping = specs
     eff = efficiency_of(cfg, accelerator.name)  # calibration=<file>: its constants
+    # the software stack as the mapping gives it; an overlap it leaves unset is each candidate's stack default
+    stack = dataclasses.replace(DEFAULT_OPTIONS, **{k: getattr(mapping, k) for k in STACK_FIELDS},
+                                **{f: getattr(mapping, f) for f in OVERLAP_KINDS.values()})
     if derived is None:
-        stack = dataclasses.replace(DEFAULT_OPTIONS, **{k: getattr(mapping, k) for k in STACK_FIELDS})
         return specs, best_mappings(accelerator, system, model, mapping.global_batch_size, top_k=top_k,
                                     precision=mapping.precision, flash_attention=mapping.flash_attention,
                                     ep_dispatcher=mapping.ep_dispatcher, overlap_ep_comm=mapping.overlap_ep_comm,
@@ -43,9 +46,7 @@ def search(cfg) -> tuple[tuple, Any, str | None]:
     if int(derived.reason[0]):  # an answer, as in evaluate: no mapping runs on a chip that cannot be built
         return specs, None, f"the chip cannot be built ({REASON_TEXT[Reason(int(derived.reason[0]))]})"
     # a derived chip: search around its tensors (operating-point energies, its own NIC), as evaluate does
-    return specs, best_mappings_of(design.replace(overlap_dp_comm=float(DEFAULT_OPTIONS.overlap_dp_comm),
-                                                  overlap_tp_comm=float(DEFAULT_OPTIONS.overlap_tp_comm)),
-                                   top_k=top_k, eff=eff), None
+    return specs, best_mappings_of(design, top_k=top_k, options=stack, eff=eff), None
 
 
 def check(cfg) -> int:

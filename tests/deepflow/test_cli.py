@@ -170,3 +170,21 @@ def test_the_issues_example_reads_its_unset_overlaps_as_the_stack_default():
         assert out.returncode == 0, out.stderr
         times.append(json.loads(out.stdout)["step_time_s"])
     assert times[0] == times[1] < times[2]
+
+
+def test_best_mapping_prices_each_candidate_as_evaluate_reads_it():
+    """A mapping that leaves its overlaps unset is searched with each candidate's stack default (the distributed
+    optimizer's candidates overlapped), so `evaluate` of the winner, overlaps again unset, gives the step time
+    the search reported; a stated flag is searched as stated."""
+    base = ("model=gpt-1.7b", "system.num_devices=16", "mapping.global_batch_size=64")
+    fields = ("tp", "pp", "dp", "cp", "vp", "micro_batch_size", "recompute", "zero_stage", "distributed_optimizer")
+    for stated in ((), ("mapping.overlap_dp_comm=false",)):
+        out = run("best-mapping", *base, *stated, "top_k=1", "output=json")
+        assert out.returncode == 0, out.stderr
+        best = json.loads(out.stdout)["top"][0]
+        again = run("evaluate", *base, *stated, *(f"mapping.{k}={best['mapping'][k]}" for k in fields),
+                    f"mapping.sequence_parallel={best['mapping']['sequence_parallel']}", "output=json")
+        assert again.returncode == 0, again.stderr
+        assert json.loads(again.stdout)["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-12)
+        if best["mapping"]["distributed_optimizer"]:
+            assert best["mapping"]["overlap_dp_comm"] is (not stated)
