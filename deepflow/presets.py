@@ -69,12 +69,15 @@ FLAG_VALUES = (True, False, 0, 1, "true", "false", "True", "False")
 
 
 def _check_flags(group: str, cls: type, values: dict[str, Any]) -> None:
-    """A bool field's value is true, false, 0 or 1 (a number from the command line, or its text)."""
+    """A bool field's value is true, false, 0 or 1 (a number from the command line, or its text); an optional
+    one's may also be null (the stack's default, `MappingSpec.overlap`)."""
     hints = typing.get_type_hints(cls)
     for key, value in values.items():
-        if hints.get(key) is bool and not any(value is v or (type(value) is type(v) and value == v)
-                                              for v in FLAG_VALUES):
-            raise ConfigError(f"{group}.{key} = {value!r} is invalid: allowed true, false, 0 or 1")
+        optional = hints.get(key) == typing.Optional[bool]
+        if (hints.get(key) is bool or optional) and not (optional and value is None) and not any(
+                value is v or (type(value) is type(v) and value == v) for v in FLAG_VALUES):
+            allowed = "true, false, 0, 1 or null (the stack's default)" if optional else "true, false, 0 or 1"
+            raise ConfigError(f"{group}.{key} = {value!r} is invalid: allowed {allowed}")
 
 
 def load_preset(group: str, name: str, **overrides: Any) -> Any:

@@ -62,6 +62,9 @@ def test_evaluate_fused_cnn_jobs_compares_them_with_serial_ones():
                                                           "one of fp32, bf16, fp16, fp8"),
     (("evaluate", "mapping.master_params=none", "mapping.precision=fp32"), "mapping.master_params = 'none'"),
     (("evaluate", "mapping.tpp=2"), "tpp"),
+    (("evaluate", "mapping.overlap_tp_comm=3"), "mapping.overlap_tp_comm = 3 is invalid: allowed true, false, 0, 1 "
+                                                "or null (the stack's default)"),
+    (("best-mapping", "mapping.overlap_dp_comm=maybe"), "mapping.overlap_dp_comm"),
     (("evaluate", "mapping.tp=two"), "mapping.tp"),
     (("evaluate", "output=xml"), "output='xml' is invalid"),
     (("evaluate", "tp"), "not an override"),
