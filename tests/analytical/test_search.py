@@ -291,3 +291,19 @@ def test_optimizer_precision_is_taken_as_given():
         with pytest.raises(SpecError) as info:
             dataclasses.replace(lean, **{name: bad}).validate()
         assert info.value.field == name
+
+
+def test_unset_overlaps_are_each_candidates_stack_default(small_case):
+    """Overlaps given as None: every enumerated mapping carries the flags `MappingSpec.overlap` gives that mapping
+    left unset (the distributed optimizer's overlapped, the others not), the same rule as `evaluate`'s."""
+    (acc, system, model, gbs), *_ = small_case
+    unset = SearchOptions(overlap_dp_comm=None, overlap_tp_comm=None, overlap_pp_comm=None)
+    batch = enumerate_mappings(acc, system, model, gbs, options=unset)
+    seen = set()
+    for i in range(batch.batch_size):
+        mapping = dataclasses.replace(mapping_from_batch(batch, i), overlap_dp_comm=None, overlap_tp_comm=None,
+                                      overlap_pp_comm=None)
+        flags = tuple(mapping.overlap(k) for k in ("dp", "tp", "pp"))
+        assert flags == tuple(bool(float(getattr(batch, f"overlap_{k}_comm")[i])) for k in ("dp", "tp", "pp"))
+        seen.add(flags)
+    assert (False, False, False) in seen and (True, True, True) in seen  # both stacks are enumerated
