@@ -137,6 +137,10 @@ def validation_table(result: dict) -> str:
                              _largest_parts(r["memory_breakdown_gib"], r["predicted_memory_gib"]))
                             for r in memory], align="lrrrl", title="device memory by part:"))
     s = result["summary"]
+    unstated = result.get("unstated_columns", [])
+    if unstated:  # what the file leaves to the reader's defaults (experiments/validation/README.md, per column)
+        lines += ["", f"{len(unstated)} optional columns not in the file, read as their defaults: "
+                      + ", ".join(unstated[:6]) + (", ... (output=json lists all)" if len(unstated) > 6 else "")]
     lines += ["", f"n = {s['n']}   mean |error| = {s['mape']:.1%}   max |error| = {s['max_abs_error']:.1%}   "
                   f"median |error| = {s['median_abs_error']:.1%}   mean signed error = {s['mean_signed_error']:+.1%}"]
     if "memory_n" in s:

@@ -52,6 +52,7 @@ class Rows:
     measured_s: np.ndarray
     # device memory measured by the source (GiB; NaN where not stated); None: no row states it
     measured_memory_gib: np.ndarray | None = None
+    unstated_columns: tuple[str, ...] = ()  # optional columns the CSV leaves out, read as their defaults
 
     def memory(self) -> np.ndarray:
         """`measured_memory_gib`, NaN-filled where the CSV has no such column."""
@@ -61,14 +62,15 @@ class Rows:
         keep = np.flatnonzero(mask)
         return Rows([self.ids[i] for i in keep], [self.groups[i] for i in keep],
                     [self.sources[i] for i in keep], [self.specs[i] for i in keep], self.measured_s[keep],
-                    self.memory()[keep])
+                    self.memory()[keep], self.unstated_columns)
 
 
 def concat(parts: list[Rows]) -> Rows:
     """The rows of several `Rows`, in order."""
     return Rows(sum((p.ids for p in parts), []), sum((p.groups for p in parts), []),
                 sum((p.sources for p in parts), []), sum((p.specs for p in parts), []),
-                np.concatenate([p.measured_s for p in parts]), np.concatenate([p.memory() for p in parts]))
+                np.concatenate([p.measured_s for p in parts]), np.concatenate([p.memory() for p in parts]),
+                tuple(sorted(set().union(*(p.unstated_columns for p in parts)))))
 
 
 # Accelerator generations, oldest first, told apart by spec fields alone (never by name): the
@@ -96,69 +98,77 @@ def _platform_domain(row: pd.Series, accelerator) -> int:
     return max(node, min(accelerator.scale_up_domain, devices))
 
 
-def _published_specs(row: pd.Series, flash_attention: bool) -> tuple:
+def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None = None) -> tuple:
+    """`(accelerator, system, model, mapping)` of one row; `unstated` collects the optional columns the CSV leaves
+    out (read as their defaults)."""
+
+    def opt(key: str, default):
+        if unstated is not None and key not in row.index:
+            unstated.add(key)
+        return _opt(row, key, default)
+
     where = f"row {row['id']}"
     try:
         accelerator = load_preset("hardware", str(row["gpu"]))
     except ConfigError as exc:
         raise ConfigError(f"{where}: gpu: {exc}") from None
-    if _opt(row, "power_limit_w", None) is not None:  # the run's power cap (nvidia-smi -pl)
+    if opt("power_limit_w", None) is not None:  # the run's power cap (nvidia-smi -pl)
         accelerator = dataclasses.replace(accelerator, power_limit_w=float(row["power_limit_w"]))
     system = SystemSpec(name="cluster", num_devices=int(row["num_gpus"]),
                         devices_per_node=int(row["gpus_per_node"]),
-                        scale_up_domain=int(_opt(row, "scale_up_domain", _platform_domain(row, accelerator))),
-                        scale_out_gbit_per_device=float(_opt(row, "scale_out_gbit_per_gpu",
+                        scale_up_domain=int(opt("scale_up_domain", _platform_domain(row, accelerator))),
+                        scale_out_gbit_per_device=float(opt("scale_out_gbit_per_gpu",
                                                              accelerator.scale_out_gbit_per_s)))
     heads = int(row["num_heads"])
-    model = ModelSpec(name=str(_opt(row, "model", "model")), num_layers=int(row["num_layers"]),
+    model = ModelSpec(name=str(opt("model", "model")), num_layers=int(row["num_layers"]),
                       hidden_size=int(row["hidden_size"]), num_heads=heads,
-                      num_kv_heads=int(_opt(row, "num_kv_heads", heads)),
-                      head_dim=(None if _opt(row, "head_dim", None) is None else int(row["head_dim"])),
-                      v_head_dim=(None if _opt(row, "v_head_dim", None) is None else int(row["v_head_dim"])),
-                      **{k: int(_opt(row, k, 0)) for k in ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim")},
-                      ffn_hidden_size=int(_opt(row, "ffn_hidden_size", 4 * int(row["hidden_size"]))),
-                      ffn_type=str(_opt(row, "ffn_type", "gelu")), vocab_size=int(row["vocab_size"]),
-                      seq_length=int(row["seq_length"]), num_experts=int(_opt(row, "num_experts", 1)),
-                      top_k=int(_opt(row, "top_k", 1)),
-                      moe_ffn_hidden_size=(None if _opt(row, "moe_ffn_hidden_size", None) is None
+                      num_kv_heads=int(opt("num_kv_heads", heads)),
+                      head_dim=(None if opt("head_dim", None) is None else int(row["head_dim"])),
+                      v_head_dim=(None if opt("v_head_dim", None) is None else int(row["v_head_dim"])),
+                      **{k: int(opt(k, 0)) for k in ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim")},
+                      ffn_hidden_size=int(opt("ffn_hidden_size", 4 * int(row["hidden_size"]))),
+                      ffn_type=str(opt("ffn_type", "gelu")), vocab_size=int(row["vocab_size"]),
+                      seq_length=int(row["seq_length"]), num_experts=int(opt("num_experts", 1)),
+                      top_k=int(opt("top_k", 1)),
+                      moe_ffn_hidden_size=(None if opt("moe_ffn_hidden_size", None) is None
                                            else int(row["moe_ffn_hidden_size"])),
-                      num_shared_experts=int(_opt(row, "num_shared_experts", 0)),
-                      moe_router_num_groups=int(_opt(row, "moe_router_num_groups", 1)),
-                      moe_router_group_topk=int(_opt(row, "moe_router_group_topk", 1)),
-                      **{k: int(_opt(row, k, 0)) for k in ("window_size", "window_attn_skip_freq")},
-                      activation_clamp=float(_opt(row, "activation_clamp", 0.0)),
-                      rope_mscale=float(_opt(row, "rope_mscale", 1.0)),
-                      linear_bias=bool(int(_opt(row, "linear_bias", 0))))
-    fsdp = bool(int(_opt(row, "fsdp", 0)))
-    mapping = MappingSpec(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), cp=int(_opt(row, "cp", 1)),
-                          ep=int(_opt(row, "ep", 1)), vp=int(_opt(row, "vp", 1)), sequence_parallel=bool(int(_opt(row, "sequence_parallel", 0))),
+                      num_shared_experts=int(opt("num_shared_experts", 0)),
+                      moe_router_num_groups=int(opt("moe_router_num_groups", 1)),
+                      moe_router_group_topk=int(opt("moe_router_group_topk", 1)),
+                      **{k: int(opt(k, 0)) for k in ("window_size", "window_attn_skip_freq")},
+                      activation_clamp=float(opt("activation_clamp", 0.0)),
+                      rope_mscale=float(opt("rope_mscale", 1.0)),
+                      linear_bias=bool(int(opt("linear_bias", 0))))
+    fsdp = bool(int(opt("fsdp", 0)))
+    mapping = MappingSpec(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), cp=int(opt("cp", 1)),
+                          ep=int(opt("ep", 1)), vp=int(opt("vp", 1)), sequence_parallel=bool(int(opt("sequence_parallel", 0))),
                           micro_batch_size=int(row["micro_batch_size"]),
                           global_batch_size=int(row["global_batch_size"]), recompute=("none" if row["recompute"] == AUTO else str(row["recompute"])),
-                          zero_stage=3 if fsdp else int(_opt(row, "zero_stage", 0)), fsdp=fsdp,
-                          distributed_optimizer=bool(int(_opt(row, "distributed_optimizer", 0))),
+                          zero_stage=3 if fsdp else int(opt("zero_stage", 0)), fsdp=fsdp,
+                          distributed_optimizer=bool(int(opt("distributed_optimizer", 0))),
                           precision=str(row["precision"]),
-                          flash_attention=bool(int(_opt(row, "flash_attention", int(flash_attention)))),
-                          offload_layers=int(_opt(row, "offload_layers", 0)),
-                          dp_shard=int(_opt(row, "dp_shard", 0)),
-                          ep_dispatcher=str(_opt(row, "ep_dispatcher", "alltoall")),
-                          moe_capacity_factor=float(_opt(row, "moe_capacity_factor", 0.0)),
-                          moe_pad_to_capacity=bool(int(_opt(row, "moe_pad_to_capacity", 0))),
-                          cuda_graph=str(_opt(row, "cuda_graph", "none")),
-                          fused_cross_entropy=bool(int(_opt(row, "fused_cross_entropy", 1))),
-                          recompute_layers=int(_opt(row, "recompute_layers", 0)),
-                          grad_reduce_in_fp32=bool(int(_opt(row, "grad_reduce_in_fp32", 1))),
-                          optimizer_state_dtype=str(_opt(row, "optimizer_state_dtype", "fp32")),
-                          master_params=str(_opt(row, "master_params", "fp32")),
-                          fp8_param_gather=bool(int(_opt(row, "fp8_param_gather", 0))),
-                          fp8_attention=bool(int(_opt(row, "fp8_attention", 0))),
-                          fused_expert_mlp=bool(int(_opt(row, "fused_expert_mlp", 0))),
-                          elementwise=str(_opt(row, "elementwise", "fused")),
-                          attention_kernel=str(_opt(row, "attention_kernel", "native")),
-                          sp_keeps_gathered_input=bool(int(_opt(row, "sp_keeps_gathered_input", 0))),
-                          etp=int(_opt(row, "etp", 0)),
-                          overlap_ep_comm=bool(int(_opt(row, "overlap_ep_comm", 0))),
+                          flash_attention=bool(int(opt("flash_attention", int(flash_attention)))),
+                          offload_layers=int(opt("offload_layers", 0)),
+                          dp_shard=int(opt("dp_shard", 0)),
+                          ep_dispatcher=str(opt("ep_dispatcher", "alltoall")),
+                          moe_capacity_factor=float(opt("moe_capacity_factor", 0.0)),
+                          moe_pad_to_capacity=bool(int(opt("moe_pad_to_capacity", 0))),
+                          cuda_graph=str(opt("cuda_graph", "none")),
+                          fused_cross_entropy=bool(int(opt("fused_cross_entropy", 1))),
+                          recompute_layers=int(opt("recompute_layers", 0)),
+                          grad_reduce_in_fp32=bool(int(opt("grad_reduce_in_fp32", 1))),
+                          optimizer_state_dtype=str(opt("optimizer_state_dtype", "fp32")),
+                          master_params=str(opt("master_params", "fp32")),
+                          fp8_param_gather=bool(int(opt("fp8_param_gather", 0))),
+                          fp8_attention=bool(int(opt("fp8_attention", 0))),
+                          fused_expert_mlp=bool(int(opt("fused_expert_mlp", 0))),
+                          elementwise=str(opt("elementwise", "fused")),
+                          attention_kernel=str(opt("attention_kernel", "native")),
+                          sp_keeps_gathered_input=bool(int(opt("sp_keeps_gathered_input", 0))),
+                          etp=int(opt("etp", 0)),
+                          overlap_ep_comm=bool(int(opt("overlap_ep_comm", 0))),
                           # dp / tp / pp overlap a row does not state: the stack's default (MappingSpec.overlap)
-                          **{field: (None if _opt(row, field, None) is None else bool(int(row[field])))
+                          **{field: (None if opt(field, None) is None else bool(int(row[field])))
                              for field in OVERLAP_KINDS.values()})
     for spec in (system, model, mapping):
         try:
@@ -229,7 +239,8 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
     # reading the rows is the slow part of a large file: a progress bar (with the time left) from 10,000 rows
     rows = tqdm(frame.iterrows(), total=len(frame), unit="row", desc=f"reading {Path(path).name}",
                 file=sys.stderr, disable=len(frame) < LARGE_FILE_ROWS)
-    specs = [_published_specs(row, flash_attention) for _, row in rows]
+    unstated: set[str] = set()
+    specs = [_published_specs(row, flash_attention, unstated) for _, row in rows]
     auto = [i for i, r in enumerate(frame["recompute"]) if r == AUTO]
     if auto:
         specs = _lightest_recompute_that_fits(specs, auto)
@@ -238,7 +249,7 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
     memory = (pd.to_numeric(frame["measured_memory_gib"], errors="coerce").to_numpy(dtype=float)
               if "measured_memory_gib" in frame.columns else None)
     return Rows(list(map(str, frame["id"])), groups, sources, specs,
-                frame["measured_iter_time_s"].to_numpy(dtype=float), memory)
+                frame["measured_iter_time_s"].to_numpy(dtype=float), memory, tuple(sorted(unstated)))
 
 
 # key prefixes of `predict`'s per-part arrays: a row's predicted time and device memory by part
@@ -293,7 +304,8 @@ def row_labels(rows: Rows, keys: tuple[str, ...]) -> list[str]:
 
 def report(rows: Rows, eff: Efficiency, pred: dict | None = None, group_by: tuple[str, ...] = (),
            breakdown: bool = False) -> dict:
-    """`{"summary": {...}, "rows": [...], "by_group": {...}}` with signed errors as fractions. `pred`:
+    """`{"summary": {...}, "rows": [...], "by_group": {...}, "unstated_columns": [...]}` with signed errors as
+    fractions; `unstated_columns`: the optional columns the CSV leaves out, read as their defaults. `pred`:
     the rows' predictions when already made (as `predict` returns them; e.g. a per-accelerator
     calibration's, `deepflow.calibration.predict_calibrated`), else `predict(rows, eff)`.
     `group_by` (`GROUP_KEYS`): adds `"by": {label: {n, mape, max_abs_error}}`, sorted by label.
@@ -333,7 +345,7 @@ def report(rows: Rows, eff: Efficiency, pred: dict | None = None, group_by: tupl
     taus = [g["kendall_tau"] for g in by_group.values() if g["n"] > 2 and g["kendall_tau"] is not None]
     if taus:
         summary["min_kendall_tau"] = float(min(taus))
-    out = {"summary": summary, "rows": out_rows, "by_group": by_group}
+    out = {"summary": summary, "rows": out_rows, "by_group": by_group, "unstated_columns": list(rows.unstated_columns)}
     if group_by:
         labels = np.array(row_labels(rows, tuple(group_by)))
         out["by"] = {label: {"n": int((labels == label).sum()), "mape": float(abs_err[labels == label].mean()),

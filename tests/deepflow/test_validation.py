@@ -210,6 +210,10 @@ def test_a_row_without_stack_columns_gets_the_stacks_overlaps_and_its_platforms_
     rows[base + ["flash_attention"]].to_csv(tmp_path / "plain.csv", index=False)
     rows.to_csv(tmp_path / "typed.csv", index=False)
     plain, typed = read_rows(str(tmp_path / "plain.csv")), read_rows(str(tmp_path / "typed.csv"))
+    # the report names what the file leaves to the defaults
+    defaulted = {"overlap_dp_comm", "scale_up_domain", "cuda_graph"}
+    assert defaulted <= set(report(plain, DEFAULT_EFFICIENCY)["unstated_columns"])
+    assert not defaulted & set(typed.unstated_columns)
     by_id = {i: spec for i, spec in zip(plain.ids, plain.specs)}
     _, system, _, mapping = by_id["dgxc-v25.04.02-h100-gpt3-175b-fp8-128"]
     assert (mapping.overlap("dp"), mapping.overlap("tp"), mapping.overlap("pp")) == (True, True, True)
