@@ -19,8 +19,11 @@ def stack_overlaps(distributed_optimizer, fsdp, tp, pp, vp, sequence_parallel) -
     distributed optimizer, the pipeline's P2P overlap where pp > 1 with virtual stages (vp > 1), and the recipes'
     tensor-parallel overlap (Transformer Engine userbuffers), which the callback keeps only with tp > 1 and
     sequence parallelism (NeMo @8cfedd7203 nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py:124-188,
-    270-283; NeMo docs features/optimizations/communication_overlap.rst). Without it (Megatron-LM before the
-    distributed optimizer, DeepSpeed, PyTorch FSDP) nothing overlaps but FSDP's own data-parallel prefetch.
+    270-283; NeMo docs features/optimizations/communication_overlap.rst). Megatron-LM's own H100 scaling benchmarks
+    ran the same three (its README @d98e8a64dd:104: `--overlap-grad-reduce`, `--overlap-param-gather`,
+    `--tp-comm-overlap`, PP overlap on by default), though its command-line defaults leave dp and tp off (the
+    `llama3-70b-1024` mapping preset states those). Without the distributed optimizer (Megatron-LM before it,
+    DeepSpeed, PyTorch FSDP) nothing overlaps but FSDP's own data-parallel prefetch.
     """
     megatron = distributed_optimizer * 1
     return {"dp": megatron + fsdp * (1 - megatron), "tp": megatron * (tp > 1) * sequence_parallel,
