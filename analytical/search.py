@@ -293,7 +293,7 @@ def _with_stack_overlaps(grid: dict[str, torch.Tensor], template: DesignBatch, o
         return grid
     default = stack_overlaps(grid["distributed_optimizer"], template.fsdp[0], grid["tp"], grid["pp"], grid["vp"],
                              grid["sequence_parallel"])
-    return {**grid, **{OVERLAP_KINDS[kind]: default[kind] * torch.ones_like(grid["tp"]) for kind in unset}}
+    return {**grid, **{OVERLAP_KINDS[kind]: default[kind] for kind in unset}}  # (each a column: the grid's shape)
 
 
 def enumerate_mappings_of(design: DesignBatch, options: Optional[SearchOptions] = None) -> DesignBatch:
