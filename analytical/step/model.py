@@ -92,6 +92,20 @@ def _links(d: DesignBatch, eff: Efficiency):
     return up_bw, d.scale_up_latency_s, out_bw, d.scale_out_latency_s
 
 
+def sp_pair_bytes_per_element(d: DesignBatch, elem: torch.Tensor) -> torch.Tensor:
+    """`(batch,)` mean bytes an element of a tensor-parallel all-gather + reduce-scatter pair moves. With
+    sequence parallelism under an 8- or 4-bit format the all-gather moves the GEMM's quantized input
+    (`gemm_bytes_per_element`) and the reduce-scatter the 16-bit output: Transformer Engine quantizes
+    before it gathers (module/layernorm_linear.py, linear.py: `gather_along_first_dim(..., quantizer=...)`;
+    module/base.py `initialize_ub`: "AllGather buffers use fp8 when using fp8 recipe"), as torchao's
+    Float8ColwiseParallel does for torchtitan. Without sequence parallelism the pair is an all-reduce of
+    the 16-bit output: `elem` itself where no design of the batch has both."""
+    narrow_sp = is_narrow(d) * (d.sequence_parallel > 0).to(elem.dtype)
+    if not bool(narrow_sp.any()):
+        return elem
+    return elem + narrow_sp * 0.5 * (gemm_bytes_per_element(d) - elem)
+
+
 def _on_group(collective, d: DesignBatch, links, bytes_, size, stride) -> torch.Tensor:
     """Time of a placed collective (`collectives.group_*`) for a group of the mapping."""
     return collective(bytes_, size, stride, d.scale_up_domain, *links)
@@ -191,13 +205,16 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
     # tensor parallel: 2 all-reduces (or all-gather + reduce-scatter pairs) forward, 2 backward;
     # with overlap they hide behind the GEMMs they feed or follow (QKV, out-projection, MLP), the
     # attention core being left to context parallelism's ring
-    tp_ar = _on_group(coll.group_all_reduce_time_s, d, links, tokens * d.hidden_size * elem, d.tp,
+    sp_elem = sp_pair_bytes_per_element(d, elem)
+    tp_ar = _on_group(coll.group_all_reduce_time_s, d, links, tokens * d.hidden_size * sp_elem, d.tp,
                       torch.ones_like(d.tp)) * transformer
     # the MLP's pair: in MoE layers without a shared expert (which Megatron-Core splits over tp) over the
-    # etp ranks that split an expert (none where etp = 1)
+    # etp ranks that split an expert (none where etp = 1), in 16 bits (the dispatcher gathers the tokens
+    # before the experts' GEMMs quantize them)
     tp_pair = 2.0 * tp_ar
-    if any_expert_tp(d):
-        mlp_ar = _on_group(coll.group_all_reduce_time_s, d, links, tokens * d.hidden_size * elem, mlp_tp(d),
+    if any_expert_tp(d) or sp_elem is not elem and bool((is_moe(d) * is_narrow(d)).any()):
+        mlp_elem = torch.where(is_moe(d) > 0, elem, sp_elem)
+        mlp_ar = _on_group(coll.group_all_reduce_time_s, d, links, tokens * d.hidden_size * mlp_elem, mlp_tp(d),
                            torch.ones_like(d.tp)) * transformer
         tp_pair = tp_ar + mlp_ar
     tp_hide = d.overlap_tp_comm
