@@ -165,6 +165,12 @@ def _outlasting(busy_s: torch.Tensor, forward_s: torch.Tensor, backward_s: torch
 FA2_SHARE_ON_NEWER_GPUS = 329.483 / 631.338
 
 
+def gemm_peak_fraction(d: DesignBatch, eff: Efficiency) -> torch.Tensor:
+    """`(batch,)` fraction of the format's peak the GEMM main loop sustains: `narrow_gemm_peak_fraction`
+    for fp8 / mxfp8 / nvfp4, `gemm_peak_fraction` otherwise."""
+    return eff.gemm_peak_fraction + is_narrow(d) * (eff.narrow_gemm_peak_fraction - eff.gemm_peak_fraction)
+
+
 def sixteen_bit_peak(d: DesignBatch, peak: torch.Tensor) -> torch.Tensor:
     """Peak of the kernels that stay 16-bit under narrow-format training (fused attention, the
     output layer; Transformer Engine's default recipes): bf16's where the chip has it, else the

@@ -30,8 +30,9 @@ from analytical.step.attention import any_mla, attention_width, head_dim, is_mla
 from analytical.step.eager_ops import eager_ops
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
-from analytical.step.kernels import (attention_peak, flash_attention_time_s, gemm_time_s, host_wait_s,
-                                     memory_bound_time_s, offload_wait_s, sixteen_bit_peak, softmax_exp_time_s)
+from analytical.step.kernels import (attention_peak, flash_attention_time_s, gemm_peak_fraction, gemm_time_s,
+                                     host_wait_s, memory_bound_time_s, offload_wait_s, sixteen_bit_peak,
+                                     softmax_exp_time_s)
 from analytical.step.memory import (activation_bytes_per_layer, any_fsdp_unsharded, dp_collective_counts,
                                     eager_cross_entropy, fsdp_keeps_unsharded, full_recompute_share, gather_buffers,
                                     memory_breakdown, micro_batches_per_step, op_recompute, optimizer_sharded,
@@ -48,12 +49,6 @@ from analytical.step.workload import (CORE_SLOTS, GEMM_SLOTS, activation_bytes_p
 TIME_PARTS = ("forward_compute", "backward_compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pipeline_bubble",
               "pp_p2p", "dp_comm", "optimizer")
 TP_OVERLAP_SLOTS = [GEMM_SLOTS.index(n) for n in ("qkv", "attention_out", "ffn_up", "ffn_down")]
-
-
-def gemm_peak_fraction(d: DesignBatch, eff: Efficiency) -> torch.Tensor:
-    """`(batch,)` fraction of the format's peak the GEMM main loop sustains: `narrow_gemm_peak_fraction`
-    for fp8 / mxfp8 / nvfp4, `gemm_peak_fraction` otherwise."""
-    return eff.gemm_peak_fraction + is_narrow(d) * (eff.narrow_gemm_peak_fraction - eff.gemm_peak_fraction)
 
 
 def _eager(d: DesignBatch) -> torch.Tensor:
@@ -93,17 +88,12 @@ def _links(d: DesignBatch, eff: Efficiency):
 
 
 def sp_pair_bytes_per_element(d: DesignBatch, elem: torch.Tensor) -> torch.Tensor:
-    """`(batch,)` mean bytes an element of a tensor-parallel all-gather + reduce-scatter pair moves. With
-    sequence parallelism under an 8- or 4-bit format the all-gather moves the GEMM's quantized input
-    (`gemm_bytes_per_element`) and the reduce-scatter the 16-bit output: Transformer Engine quantizes
-    before it gathers (module/layernorm_linear.py, linear.py: `gather_along_first_dim(..., quantizer=...)`;
-    module/base.py `initialize_ub`: "AllGather buffers use fp8 when using fp8 recipe"), as torchao's
-    Float8ColwiseParallel does for torchtitan. Without sequence parallelism the pair is an all-reduce of
-    the 16-bit output: `elem` itself where no design of the batch has both."""
+    """`(batch,)` mean bytes an element of a tensor-parallel all-gather + reduce-scatter pair moves: with sequence
+    parallelism under an 8- or 4-bit format the gather moves the quantized GEMM input (Transformer Engine module/
+    layernorm_linear.py `gather_along_first_dim(..., quantizer=)`, base.py "AllGather buffers use fp8 when using fp8
+    recipe"; torchtitan docs/float8.md), the scatter the 16-bit output; else `elem` (an all-reduce of the output)."""
     narrow_sp = is_narrow(d) * (d.sequence_parallel > 0).to(elem.dtype)
-    if not bool(narrow_sp.any()):
-        return elem
-    return elem + narrow_sp * 0.5 * (gemm_bytes_per_element(d) - elem)
+    return elem + narrow_sp * 0.5 * (gemm_bytes_per_element(d) - elem) if bool(narrow_sp.any()) else elem
 
 
 def _on_group(collective, d: DesignBatch, links, bytes_, size, stride) -> torch.Tensor:
@@ -208,9 +198,7 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
     sp_elem = sp_pair_bytes_per_element(d, elem)
     tp_ar = _on_group(coll.group_all_reduce_time_s, d, links, tokens * d.hidden_size * sp_elem, d.tp,
                       torch.ones_like(d.tp)) * transformer
-    # the MLP's pair: in MoE layers without a shared expert (which Megatron-Core splits over tp) over the
-    # etp ranks that split an expert (none where etp = 1), in 16 bits (the dispatcher gathers the tokens
-    # before the experts' GEMMs quantize them)
+    # the MLP's pair: over `mlp_tp` (etp in routed-expert MoE layers, none where etp = 1), there in 16 bits (bf16 dispatch)
     tp_pair = 2.0 * tp_ar
     if any_expert_tp(d) or sp_elem is not elem and bool((is_moe(d) * is_narrow(d)).any()):
         mlp_elem = torch.where(is_moe(d) > 0, elem, sp_elem)

@@ -11,7 +11,7 @@ import torch
 from analytical import Efficiency, MappingSpec, ModelSpec, Reason, SpecError, evaluate
 from analytical.power_cap import capped_operating_point
 from analytical.step.memory import embedding_params_per_device, memory_breakdown, params_per_device
-from analytical.step.model import gemm_peak_fraction
+from analytical.step.kernels import gemm_peak_fraction
 from analytical.step.workload import gemm_bytes_per_element, layer_gemms, layer_params, mlp_width
 
 
