@@ -198,7 +198,7 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
     sp_elem = sp_pair_bytes_per_element(d, elem)
     tp_ar = _on_group(coll.group_all_reduce_time_s, d, links, tokens * d.hidden_size * sp_elem, d.tp,
                       torch.ones_like(d.tp)) * transformer
-    # the MLP's pair: over `mlp_tp` (etp in routed-expert MoE layers, none where etp = 1), there in 16 bits (bf16 dispatch)
+    # the MLP's pair: over `mlp_tp` (etp in routed-expert MoE layers, none at etp 1), there in 16 bits (bf16 dispatch)
     tp_pair = 2.0 * tp_ar
     if any_expert_tp(d) or sp_elem is not elem and bool((is_moe(d) * is_narrow(d)).any()):
         mlp_elem = torch.where(is_moe(d) > 0, elem, sp_elem)
