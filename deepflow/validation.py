@@ -98,6 +98,15 @@ def _platform_domain(row: pd.Series, accelerator) -> int:
     return max(node, min(accelerator.scale_up_domain, devices))
 
 
+def _trained_etp(row: pd.Series, experts: int) -> int:
+    """The expert tensor parallelism of a row that states none: Megatron-Core's default (0: tp) where its expert
+    grid fits the mapping (etp * ep divides dp * cp * tp); where it does not, the run (which trained) set a smaller
+    one, and 1 is what Megatron-Bridge's MoE recipes set (every `expert_tensor_parallel_size` of its recipes and
+    perf recipes @4ab94dfad3 but a few parameterized ones)."""
+    tp, ep = int(row["tp"]), int(_opt(row, "ep", 1))
+    return 0 if experts <= 1 or (int(row["dp"]) * int(_opt(row, "cp", 1)) * tp) % (tp * ep) == 0 else 1
+
+
 def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None = None) -> tuple:
     """`(accelerator, system, model, mapping)` of one row; `unstated` collects the optional columns the CSV leaves
     out (read as their defaults)."""
@@ -165,7 +174,7 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
                           elementwise=str(opt("elementwise", "fused")),
                           attention_kernel=str(opt("attention_kernel", "native")),
                           sp_keeps_gathered_input=bool(int(opt("sp_keeps_gathered_input", 0))),
-                          etp=int(opt("etp", 0)),
+                          etp=int(opt("etp", _trained_etp(row, model.num_experts))),
                           overlap_ep_comm=bool(int(opt("overlap_ep_comm", 0))),
                           # dp / tp / pp overlap a row does not state: the stack's default (MappingSpec.overlap)
                           **{field: (None if opt(field, None) is None else bool(int(row[field])))

@@ -228,3 +228,19 @@ def test_a_row_without_stack_columns_gets_the_stacks_overlaps_and_its_platforms_
     stated = read_rows(str(tmp_path / "stated.csv"))
     assert not any(spec[3].overlap("tp") for spec in stated.specs)
     assert [spec[1].scale_up_domain for spec in stated.specs] == list(rows["gpus_per_node"])  # 4 on GB200 trays
+
+
+def test_a_moe_row_without_etp_gets_the_expert_grid_it_trained_with(tmp_path):
+    """etp unstated: Megatron-Core's default (tp) where etp * ep divides dp * cp * tp (DGX Cloud Grok-1 on GB200,
+    tp 4 ep 8 dp 32); 1 where only that fits (Qwen3-235B on 256 H100, tp 2 ep 32 dp 16), so the published run
+    comes out feasible, as it trained; a stated etp wins."""
+    modern = pd.read_csv(DATA / "modern_runs.csv")
+    ids = ["mbridge-26.04.01-h100-qwen3-235b-a22b-fp8-256", "dgxc-v25.05.05-gb200-grok1-314b-fp8-128"]
+    rows = modern[modern["id"].isin(ids)].set_index("id").loc[ids].reset_index()
+    plain = read_rows(_write(rows.drop(columns=["etp"]), tmp_path / "plain.csv"))
+    assert [spec[3].etp for spec in plain.specs] == [1, 0]
+    result = evaluate(stack_designs(*zip(*plain.specs)))
+    assert bool(result.feasible.all())
+    stated = read_rows(_write(rows.assign(etp=2), tmp_path / "stated.csv"))
+    assert [spec[3].etp for spec in stated.specs] == [2, 2]
+    assert not bool(evaluate(stack_designs(*zip(*stated.specs[:1]))).feasible[0])  # 2 x 32 does not divide 32
