@@ -202,24 +202,33 @@ def _vtrain_row(row: pd.Series) -> dict:
 
 
 # `recompute` a source does not state: the lightest activation recomputation under which the run
-# fits in device memory (it was trained, so it fit), none before selective before full.
+# fits in device memory (it was trained, so it fit): none, selective, then full recomputation of the fewest
+# layers of each pipeline stage (Megatron recompute_method=block, recompute_num_layers), then of all of them.
 AUTO = "auto"
+
+
+def _recompute_options(mapping: MappingSpec, model: ModelSpec) -> list[tuple[str, int]]:
+    """`(recompute, recompute_layers)` from lightest to heaviest. A row that overlaps its expert-parallel
+    communication never had full recompute (Megatron-Core refuses the pair)."""
+    if mapping.overlap_ep_comm:
+        return [("none", 0), ("selective", 0)]
+    layers = -(-model.num_layers // mapping.pp)  # the most loaded stage's
+    return [("none", 0), ("selective", 0)] + [("full", k) for k in range(1, layers)] + [("full", 0)]
 
 
 def _lightest_recompute_that_fits(specs: list[tuple], rows: list[int]) -> list[tuple]:
     """`specs` with the mapping of each row of `rows` given the lightest recompute that fits its device
-    memory (the heaviest allowed where none does; the run then reports out of memory). A row that
-    overlaps its expert-parallel communication never had full recompute (Megatron-Core refuses the pair)."""
+    memory (`_recompute_options`; the heaviest where none does: the run then reports out of memory)."""
     specs = list(specs)
-    options = {i: ("none", "selective") if specs[i][3].overlap_ep_comm else ("none", "selective", "full")
-               for i in rows}
-    trial = [(*specs[i][:3], dataclasses.replace(specs[i][3], recompute=o)) for i in rows for o in options[i]]
+    options = {i: _recompute_options(specs[i][3], specs[i][2]) for i in rows}
+    trial = [(*specs[i][:3], dataclasses.replace(specs[i][3], recompute=o, recompute_layers=k))
+             for i in rows for o, k in options[i]]
     fits = (evaluate(stack_designs(*zip(*trial))).reason != int(Reason.OUT_OF_MEMORY)).tolist()
     start = 0
     for i in rows:
         row_fits, start = fits[start:start + len(options[i])], start + len(options[i])
-        choice = options[i][row_fits.index(True) if any(row_fits) else -1]
-        specs[i] = (*specs[i][:3], dataclasses.replace(specs[i][3], recompute=choice))
+        choice, layers = options[i][row_fits.index(True) if any(row_fits) else -1]
+        specs[i] = (*specs[i][:3], dataclasses.replace(specs[i][3], recompute=choice, recompute_layers=layers))
     return specs
 
 

@@ -244,3 +244,16 @@ def test_a_moe_row_without_etp_gets_the_expert_grid_it_trained_with(tmp_path):
     stated = read_rows(_write(rows.assign(etp=2), tmp_path / "stated.csv"))
     assert [spec[3].etp for spec in stated.specs] == [2, 2]
     assert not bool(evaluate(stack_designs(*zip(*stated.specs[:1]))).feasible[0])  # 2 x 32 does not divide 32
+
+
+def test_auto_recompute_recomputes_the_fewest_layers_that_fit():
+    """`recompute=auto` goes none, selective, then full on the fewest layers of each stage (Megatron's block
+    method), then all: NeMo 24.07's GPT-3 20B (44 layers, tp 2, pp 1) needs neither all nor none recomputed."""
+    rows = read_rows(str(DATA / "modern_runs.csv"))
+    spec = dict(zip(rows.ids, rows.specs))["nemo-24.07-h100-gpt3-20b-fp8-64"]
+    mapping = spec[3]
+    assert mapping.recompute == "full" and 0 < mapping.recompute_layers < 44
+    lighter = [dataclasses.replace(mapping, recompute="selective", recompute_layers=0),
+               dataclasses.replace(mapping, recompute_layers=mapping.recompute_layers - 1), mapping]
+    result = evaluate(stack_designs([spec[0]] * 3, [spec[1]] * 3, [spec[2]] * 3, lighter))
+    assert result.feasible.tolist() == [False, False, True]
