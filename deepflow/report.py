@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from analytical import REASON_TEXT, Reason, TIME_PARTS
 from analytical.stack import OVERLAP_KINDS
 from deepflow.tables import table
@@ -137,6 +139,10 @@ def validation_table(result: dict) -> str:
                              _largest_parts(r["memory_breakdown_gib"], r["predicted_memory_gib"]))
                             for r in memory], align="lrrrl", title="device memory by part:"))
     s = result["summary"]
+    counts = Counter(f"{k} {v}" for r in result.get("rows", []) for k, v in r.get("assumed", {}).items())
+    if counts:  # what the reader inferred because the run trained (recompute=auto, an unstated etp)
+        lines += ["", "inferred from the run having trained (output=json: rows[].assumed): "
+                      + "; ".join(f"{k} on {n} row{'s' * (n != 1)}" for k, n in sorted(counts.items()))]
     unstated = result.get("unstated_columns", [])
     if unstated:  # what the file leaves to the reader's defaults (experiments/validation/README.md, per column)
         lines += ["", f"{len(unstated)} optional columns not in the file, read as their defaults: "

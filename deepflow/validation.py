@@ -53,6 +53,11 @@ class Rows:
     # device memory measured by the source (GiB; NaN where not stated); None: no row states it
     measured_memory_gib: np.ndarray | None = None
     unstated_columns: tuple[str, ...] = ()  # optional columns the CSV leaves out, read as their defaults
+    # per row, what the reader inferred because the run trained (`recompute=auto`, an unstated `etp`); None: nothing
+    assumed: list[dict] | None = None
+
+    def assumptions(self) -> list[dict]:
+        return [{} for _ in self.ids] if self.assumed is None else self.assumed
 
     def memory(self) -> np.ndarray:
         """`measured_memory_gib`, NaN-filled where the CSV has no such column."""
@@ -62,7 +67,7 @@ class Rows:
         keep = np.flatnonzero(mask)
         return Rows([self.ids[i] for i in keep], [self.groups[i] for i in keep],
                     [self.sources[i] for i in keep], [self.specs[i] for i in keep], self.measured_s[keep],
-                    self.memory()[keep], self.unstated_columns)
+                    self.memory()[keep], self.unstated_columns, [self.assumptions()[i] for i in keep])
 
 
 def concat(parts: list[Rows]) -> Rows:
@@ -70,7 +75,8 @@ def concat(parts: list[Rows]) -> Rows:
     return Rows(sum((p.ids for p in parts), []), sum((p.groups for p in parts), []),
                 sum((p.sources for p in parts), []), sum((p.specs for p in parts), []),
                 np.concatenate([p.measured_s for p in parts]), np.concatenate([p.memory() for p in parts]),
-                tuple(sorted(set().union(*(p.unstated_columns for p in parts)))))
+                tuple(sorted(set().union(*(p.unstated_columns for p in parts)))),
+                sum((p.assumptions() for p in parts), []))
 
 
 # Accelerator generations, oldest first, told apart by spec fields alone (never by name): the
@@ -262,12 +268,25 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
     auto = [i for i, r in enumerate(frame["recompute"]) if r == AUTO]
     if auto:
         specs = _lightest_recompute_that_fits(specs, auto)
+    assumed = [_assumed(row, spec, i in auto) for i, ((_, row), spec) in enumerate(zip(frame.iterrows(), specs))]
     groups = [str(m) for m in frame["model"]] if "model" in frame.columns else list(frame["id"])
     sources = [str(s).split(";")[0].split(" Table")[0] for s in frame.get("source", frame["id"])]
     memory = (pd.to_numeric(frame["measured_memory_gib"], errors="coerce").to_numpy(dtype=float)
               if "measured_memory_gib" in frame.columns else None)
     return Rows(list(map(str, frame["id"])), groups, sources, specs,
-                frame["measured_iter_time_s"].to_numpy(dtype=float), memory, tuple(sorted(unstated)))
+                frame["measured_iter_time_s"].to_numpy(dtype=float), memory, tuple(sorted(unstated)), assumed)
+
+
+def _assumed(row: pd.Series, spec: tuple, auto: bool) -> dict:
+    """What the reader inferred for one row because the run trained: the recompute of `recompute=auto`
+    (`_recompute_options`), an expert tensor parallelism other than Megatron-Core's default (`_trained_etp`)."""
+    mapping, out = spec[3], {}
+    if auto:
+        out["recompute"] = mapping.recompute + (f", {mapping.recompute_layers} layers a stage"
+                                                if mapping.recompute_layers else "")
+    if _opt(row, "etp", None) is None and mapping.etp:
+        out["etp"] = mapping.etp
+    return out
 
 
 # key prefixes of `predict`'s per-part arrays: a row's predicted time and device memory by part
@@ -323,7 +342,8 @@ def row_labels(rows: Rows, keys: tuple[str, ...]) -> list[str]:
 def report(rows: Rows, eff: Efficiency, pred: dict | None = None, group_by: tuple[str, ...] = (),
            breakdown: bool = False) -> dict:
     """`{"summary": {...}, "rows": [...], "by_group": {...}, "unstated_columns": [...]}` with signed errors as
-    fractions; `unstated_columns`: the optional columns the CSV leaves out, read as their defaults. `pred`:
+    fractions; `unstated_columns`: the optional columns the CSV leaves out, read as their defaults; a row's
+    `assumed`: what the reader inferred for it because it trained (`Rows.assumed`), where anything. `pred`:
     the rows' predictions when already made (as `predict` returns them; e.g. a per-accelerator
     calibration's, `deepflow.calibration.predict_calibrated`), else `predict(rows, eff)`.
     `group_by` (`GROUP_KEYS`): adds `"by": {label: {n, mape, max_abs_error}}`, sorted by label.
@@ -334,8 +354,9 @@ def report(rows: Rows, eff: Efficiency, pred: dict | None = None, group_by: tupl
     error = pred["predicted_s"] / rows.measured_s - 1.0
     abs_err = np.abs(error)
     out_rows = [{"id": i, "predicted_s": float(p), "measured_s": float(m), "error": float(e),
-                 "feasible": bool(f)}
-                for i, p, m, e, f in zip(rows.ids, pred["predicted_s"], rows.measured_s, error, pred["feasible"])]
+                 "feasible": bool(f), **({"assumed": a} if a else {})}
+                for i, p, m, e, f, a in zip(rows.ids, pred["predicted_s"], rows.measured_s, error, pred["feasible"],
+                                            rows.assumptions())]
     measured_gib = rows.memory()
     has_memory = np.isfinite(measured_gib) & (measured_gib > 0)
     memory_error = pred["memory_gib"] / np.where(has_memory, measured_gib, 1.0) - 1.0
@@ -354,7 +375,8 @@ def report(rows: Rows, eff: Efficiency, pred: dict | None = None, group_by: tupl
                            "kendall_tau": _finite_or_none(kendall_tau(pred["predicted_s"][idx], rows.measured_s[idx]))}
     summary = {"n": len(rows.ids), "mape": float(abs_err.mean()), "max_abs_error": float(abs_err.max()),
                "median_abs_error": float(np.median(abs_err)), "mean_signed_error": float(error.mean()),
-               "infeasible_rows": int((~pred["feasible"]).sum())}
+               "infeasible_rows": int((~pred["feasible"]).sum()),
+               "assumed_rows": sum(bool(a) for a in rows.assumptions())}
     if has_memory.any():
         memory_abs = np.abs(memory_error[has_memory])
         summary.update(memory_n=int(has_memory.sum()), memory_mape=float(memory_abs.mean()),

@@ -239,6 +239,7 @@ def test_a_moe_row_without_etp_gets_the_expert_grid_it_trained_with(tmp_path):
     rows = modern[modern["id"].isin(ids)].set_index("id").loc[ids].reset_index()
     plain = read_rows(_write(rows.drop(columns=["etp"]), tmp_path / "plain.csv"))
     assert [spec[3].etp for spec in plain.specs] == [1, 0]
+    assert [r["assumed"].get("etp") for r in report(plain, DEFAULT_EFFICIENCY)["rows"]] == [1, None]  # both auto
     result = evaluate(stack_designs(*zip(*plain.specs)))
     assert bool(result.feasible.all())
     stated = read_rows(_write(rows.assign(etp=2), tmp_path / "stated.csv"))
@@ -257,3 +258,10 @@ def test_auto_recompute_recomputes_the_fewest_layers_that_fit():
                dataclasses.replace(mapping, recompute_layers=mapping.recompute_layers - 1), mapping]
     result = evaluate(stack_designs([spec[0]] * 3, [spec[1]] * 3, [spec[2]] * 3, lighter))
     assert result.feasible.tolist() == [False, False, True]
+    # the report says what was inferred: a recompute for every `auto` row, the partial one here
+    out = report(rows, DEFAULT_EFFICIENCY)
+    assumed = {r["id"]: r.get("assumed") for r in out["rows"]}
+    assert assumed["nemo-24.07-h100-gpt3-20b-fp8-64"] == {"recompute": f"full, {mapping.recompute_layers} layers a stage"}
+    assert assumed["mbridge-26.04.01-h100-qwen3-235b-a22b-fp8-256"] == {"recompute": "none"}  # auto, fits as is
+    assert assumed["titan-2412-h100-llama3-8b-fsdp-8"] is None  # states its recompute and etp has no say
+    assert out["summary"]["assumed_rows"] == 100
