@@ -207,34 +207,42 @@ def _vtrain_row(row: pd.Series) -> dict:
             "measured_iter_time_s": row["iteration time (ms)"] / 1000.0}
 
 
-# `recompute` a source does not state: the lightest activation recomputation under which the run
-# fits in device memory (it was trained, so it fit): none, selective, then full recomputation of the fewest
-# layers of each pipeline stage (Megatron recompute_method=block, recompute_num_layers), then of all of them.
+# `recompute` a source does not state: the lightest that fits device memory (it trained, so it fit)
 AUTO = "auto"
 
 
-def _recompute_options(mapping: MappingSpec, model: ModelSpec) -> list[tuple[str, int]]:
-    """`(recompute, recompute_layers)` from lightest to heaviest. A row that overlaps its expert-parallel
-    communication never had full recompute (Megatron-Core refuses the pair)."""
-    if mapping.overlap_ep_comm:
-        return [("none", 0), ("selective", 0)]
-    layers = -(-model.num_layers // mapping.pp)  # the most loaded stage's
-    return [("none", 0), ("selective", 0)] + [("full", k) for k in range(1, layers)] + [("full", 0)]
+def _first_fitting(specs: list[tuple], options: dict[int, list[tuple[str, int]]]) -> dict[int, int | None]:
+    """Per row `i` of `options`: the index of its first option that fits device memory, or None (one batch)."""
+    if not options:
+        return {}
+    trial = [(*specs[i][:3], dataclasses.replace(specs[i][3], recompute=o, recompute_layers=k))
+             for i, opts in options.items() for o, k in opts]
+    fits = (evaluate(stack_designs(*zip(*trial))).reason != int(Reason.OUT_OF_MEMORY)).tolist()
+    out, start = {}, 0
+    for i, opts in options.items():
+        row_fits, start = fits[start:start + len(opts)], start + len(opts)
+        out[i] = row_fits.index(True) if any(row_fits) else None
+    return out
 
 
 def _lightest_recompute_that_fits(specs: list[tuple], rows: list[int]) -> list[tuple]:
-    """`specs` with the mapping of each row of `rows` given the lightest recompute that fits its device
-    memory (`_recompute_options`; the heaviest where none does: the run then reports out of memory)."""
+    """`specs` with the mapping of each row of `rows` given the lightest recompute that fits its device memory:
+    none, selective, full on the fewest layers of each stage (Megatron recompute_method=block), full on all (the
+    heaviest where none fits: the run reports out of memory). A row that overlaps its expert-parallel traffic
+    never had full recompute (Megatron-Core refuses the pair). Layer counts are searched only where needed."""
     specs = list(specs)
-    options = {i: _recompute_options(specs[i][3], specs[i][2]) for i in rows}
-    trial = [(*specs[i][:3], dataclasses.replace(specs[i][3], recompute=o, recompute_layers=k))
-             for i in rows for o, k in options[i]]
-    fits = (evaluate(stack_designs(*zip(*trial))).reason != int(Reason.OUT_OF_MEMORY)).tolist()
-    start = 0
+    levels = {i: [("none", 0), ("selective", 0)] + ([] if specs[i][3].overlap_ep_comm else [("full", 0)])
+              for i in rows}
+    first = _first_fitting(specs, levels)
+    choice = {i: levels[i][-1 if first[i] is None else first[i]] for i in rows}
+    # where full recompute fits and nothing lighter does: of k < all layers of the most loaded stage, lightest first
+    partial = {i: [("full", k) for k in range(1, -(-specs[i][2].num_layers // specs[i][3].pp))]
+               for i in rows if first[i] == 2}
+    for i, k in _first_fitting(specs, {i: o for i, o in partial.items() if o}).items():
+        choice[i] = choice[i] if k is None else partial[i][k]
     for i in rows:
-        row_fits, start = fits[start:start + len(options[i])], start + len(options[i])
-        choice, layers = options[i][row_fits.index(True) if any(row_fits) else -1]
-        specs[i] = (*specs[i][:3], dataclasses.replace(specs[i][3], recompute=choice, recompute_layers=layers))
+        recompute, layers = choice[i]
+        specs[i] = (*specs[i][:3], dataclasses.replace(specs[i][3], recompute=recompute, recompute_layers=layers))
     return specs
 
 
@@ -268,7 +276,9 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
     auto = [i for i, r in enumerate(frame["recompute"]) if r == AUTO]
     if auto:
         specs = _lightest_recompute_that_fits(specs, auto)
-    assumed = [_assumed(row, spec, i in auto) for i, ((_, row), spec) in enumerate(zip(frame.iterrows(), specs))]
+    etp_stated = frame["etp"].notna().to_numpy() if "etp" in frame.columns else np.zeros(len(frame), dtype=bool)
+    auto_rows = set(auto)
+    assumed = [_assumed(spec, i in auto_rows, bool(etp_stated[i])) for i, spec in enumerate(specs)]
     groups = [str(m) for m in frame["model"]] if "model" in frame.columns else list(frame["id"])
     sources = [str(s).split(";")[0].split(" Table")[0] for s in frame.get("source", frame["id"])]
     memory = (pd.to_numeric(frame["measured_memory_gib"], errors="coerce").to_numpy(dtype=float)
@@ -277,14 +287,15 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
                 frame["measured_iter_time_s"].to_numpy(dtype=float), memory, tuple(sorted(unstated)), assumed)
 
 
-def _assumed(row: pd.Series, spec: tuple, auto: bool) -> dict:
+def _assumed(spec: tuple, auto: bool, etp_stated: bool) -> dict:
     """What the reader inferred for one row because the run trained: the recompute of `recompute=auto`
-    (`_recompute_options`), an expert tensor parallelism other than Megatron-Core's default (`_trained_etp`)."""
+    (`_lightest_recompute_that_fits`), an expert tensor parallelism other than Megatron-Core's default
+    (`_trained_etp`)."""
     mapping, out = spec[3], {}
     if auto:
         out["recompute"] = mapping.recompute + (f", {mapping.recompute_layers} layers a stage"
                                                 if mapping.recompute_layers else "")
-    if _opt(row, "etp", None) is None and mapping.etp:
+    if not etp_stated and mapping.etp:
         out["etp"] = mapping.etp
     return out
 
