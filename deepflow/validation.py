@@ -107,8 +107,8 @@ def _platform_domain(row: pd.Series, accelerator) -> int:
 def _trained_etp(row: pd.Series, experts: int) -> int:
     """The expert tensor parallelism of a row that states none: Megatron-Core's default (0: tp) where its expert
     grid fits the mapping (etp * ep divides dp * cp * tp); where it does not, the run (which trained) set a smaller
-    one, and 1 is what Megatron-Bridge's MoE recipes set (every `expert_tensor_parallel_size` of its recipes and
-    perf recipes @4ab94dfad3 but a few parameterized ones)."""
+    one, and 1 is what the recipes set (every literal `expert_tensor_parallel_size` in Megatron-Bridge @067f987df,
+    142, and in NeMo @8cfedd7203, 8, is 1)."""
     tp, ep = int(row["tp"]), int(_opt(row, "ep", 1))
     return 0 if experts <= 1 or (int(row["dp"]) * int(_opt(row, "cp", 1)) * tp) % (tp * ep) == 0 else 1
 
