@@ -54,10 +54,13 @@ def _check_choice(spec: str, obj: Any, name: str, choices: tuple[str, ...]) -> N
         raise SpecError(spec, name, value, "one of " + ", ".join(choices))
 
 
-def _check_bool(spec: str, obj: Any, names: tuple[str, ...]) -> None:
+def _check_bool(spec: str, obj: Any, names: tuple[str, ...], optional: bool = False) -> None:
+    """Each of `names` is a bool (or, `optional`, None: the stack's default, `MappingSpec.overlap`)."""
     for name in names:
-        if not isinstance(getattr(obj, name), bool):
-            raise SpecError(spec, name, getattr(obj, name), "true or false")
+        value = getattr(obj, name)
+        if not isinstance(value, bool) and not (optional and value is None):
+            allowed = "true, false or null (the stack's default)" if optional else "true or false"
+            raise SpecError(spec, name, value, allowed)
 
 
 @dataclass
@@ -418,9 +421,7 @@ class MappingSpec:
         if self.staleness and self.dp_mode != "ps_sync":
             raise SpecError(spec, "staleness", self.staleness,
                             "0 unless dp_mode is ps_sync (ps_async has no bound, allreduce no slack)")
-        for name in OVERLAP_KINDS.values():
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
-                raise SpecError(spec, name, getattr(self, name), "true, false or null (the stack's default)")
+        _check_bool(spec, self, tuple(OVERLAP_KINDS.values()), optional=True)
         _check_bool(spec, self, ("sequence_parallel", "fsdp", "distributed_optimizer", "flash_attention",
                                  "overlap_ep_comm", "fused_cross_entropy", "grad_reduce_in_fp32", "fp8_param_gather",
                                  "fp8_attention", "fused_expert_mlp", "moe_pad_to_capacity", "sp_keeps_gathered_input"))
