@@ -104,13 +104,12 @@ def _platform_domain(row: pd.Series, accelerator) -> int:
     return max(node, min(accelerator.scale_up_domain, devices))
 
 
-def _trained_etp(row: pd.Series, experts: int) -> int:
+def _trained_etp(tp: int, ep: int, dp: int, cp: int, experts: int) -> int:
     """The expert tensor parallelism of a row that states none: Megatron-Core's default (0: tp) where its expert
     grid fits the mapping (etp * ep divides dp * cp * tp); where it does not, the run (which trained) set a smaller
     one, and 1 is what the recipes set (every literal `expert_tensor_parallel_size` in Megatron-Bridge @067f987df,
     142, and in NeMo @8cfedd7203, 8, is 1)."""
-    tp, ep = int(row["tp"]), int(_opt(row, "ep", 1))
-    return 0 if experts <= 1 or (int(row["dp"]) * int(_opt(row, "cp", 1)) * tp) % (tp * ep) == 0 else 1
+    return 0 if experts <= 1 or (dp * cp * tp) % (tp * ep) == 0 else 1
 
 
 def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None = None) -> tuple:
@@ -155,8 +154,9 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
                       rope_mscale=float(opt("rope_mscale", 1.0)),
                       linear_bias=bool(int(opt("linear_bias", 0))))
     fsdp = bool(int(opt("fsdp", 0)))
-    mapping = MappingSpec(tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]), cp=int(opt("cp", 1)),
-                          ep=int(opt("ep", 1)), vp=int(opt("vp", 1)), sequence_parallel=bool(int(opt("sequence_parallel", 0))),
+    tp, dp, cp, ep = int(row["tp"]), int(row["dp"]), int(opt("cp", 1)), int(opt("ep", 1))
+    mapping = MappingSpec(tp=tp, pp=int(row["pp"]), dp=dp, cp=cp, ep=ep, vp=int(opt("vp", 1)),
+                          sequence_parallel=bool(int(opt("sequence_parallel", 0))),
                           micro_batch_size=int(row["micro_batch_size"]),
                           global_batch_size=int(row["global_batch_size"]), recompute=("none" if row["recompute"] == AUTO else str(row["recompute"])),
                           zero_stage=3 if fsdp else int(opt("zero_stage", 0)), fsdp=fsdp,
@@ -180,7 +180,7 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
                           elementwise=str(opt("elementwise", "fused")),
                           attention_kernel=str(opt("attention_kernel", "native")),
                           sp_keeps_gathered_input=bool(int(opt("sp_keeps_gathered_input", 0))),
-                          etp=int(opt("etp", _trained_etp(row, model.num_experts))),
+                          etp=int(opt("etp", _trained_etp(tp, ep, dp, cp, model.num_experts))),
                           overlap_ep_comm=bool(int(opt("overlap_ep_comm", 0))),
                           # dp / tp / pp overlap a row does not state: the stack's default (MappingSpec.overlap)
                           **{field: (None if opt(field, None) is None else bool(int(row[field])))
@@ -237,7 +237,7 @@ def _lightest_recompute_that_fits(specs: list[tuple], rows: list[int]) -> list[t
     choice = {i: levels[i][-1 if first[i] is None else first[i]] for i in rows}
     # where full recompute fits and nothing lighter does: of k < all layers of the most loaded stage, lightest first
     partial = {i: [("full", k) for k in range(1, -(-specs[i][2].num_layers // specs[i][3].pp))]
-               for i in rows if first[i] == 2}
+               for i in rows if first[i] is not None and levels[i][first[i]] == ("full", 0)}
     for i, k in _first_fitting(specs, {i: o for i, o in partial.items() if o}).items():
         choice[i] = choice[i] if k is None else partial[i][k]
     for i in rows:
