@@ -45,8 +45,8 @@ def summary(frame: pd.DataFrame) -> tuple[dict, dict[str, float]]:
         path = Path(tmp) / "rows.csv"
         frame.to_csv(path, index=False)
         result = report(read_rows(str(path)), DEFAULT_EFFICIENCY)
-    errors = pd.DataFrame([(r["id"].split("-")[0], abs(r["error"])) for r in result["rows"]
-                           if r.get("error") is not None], columns=["family", "error"])
+    errors = pd.DataFrame([(r["id"].split("-")[0], abs(r["error"])) for r in result["rows"]],
+                          columns=["family", "error"])
     return result["summary"], errors.groupby("family")["error"].mean().to_dict()
 
 
