@@ -14,7 +14,9 @@ built from `dataclasses.fields(Efficiency)`, so fields added later load too: a f
 give keeps its default (in `per_accelerator`, the file's global value). An unknown field or a bad
 value is a `ConfigError` naming the file (as `calibration=<path>`) and the field.
 
-Only this module (and the commands) read YAML: analytical/ takes the resulting `Efficiency`.
+`fit_efficiency` fits the constants (`FIT_FIELDS`, within `FIT_BOUNDS`) to measured rows
+(`deepflow.validation.Rows`). Only this module (and the commands) read YAML: analytical/ takes the
+resulting `Efficiency`.
 """
 
 from __future__ import annotations
@@ -26,12 +28,17 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
+import torch
 
+from analytical import evaluate, stack_designs
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from deepflow.presets import ConfigError
+
+if TYPE_CHECKING:
+    from deepflow.validation import Rows
 
 FORMAT_VERSION = 1
 TOP_KEYS = ("version", "provenance", "efficiency", "per_accelerator")
@@ -239,3 +246,48 @@ def predict_calibrated(rows, calibration: Calibration) -> dict[str, np.ndarray]:
                 out[key] = np.zeros(n, dtype=value.dtype)
             out[key][mask] = value
     return out
+
+
+FIT_FIELDS = ("gemm_peak_fraction", "gemm_tile_overhead_s", "narrow_gemm_peak_fraction", "hbm_bw_fraction",
+              "flash_attention_fraction", "scale_up_bw_fraction", "scale_out_bw_fraction", "zero3_comm_fraction",
+              "overlap_compute_slowdown", "layer_overhead_s", "moe_layer_host_s")
+FIT_BOUNDS = {"gemm_peak_fraction": (0.5, 1.0), "gemm_tile_overhead_s": (0.0, 2e-5),
+              "narrow_gemm_peak_fraction": (0.3, 1.0), "hbm_bw_fraction": (0.3, 1.0),
+              "flash_attention_fraction": (0.2, 1.0), "scale_up_bw_fraction": (0.3, 1.0),
+              "scale_out_bw_fraction": (0.1, 1.0), "zero3_comm_fraction": (0.02, 1.0),
+              "overlap_compute_slowdown": (1.0, 3.0), "layer_overhead_s": (0.0, 5e-3), "moe_layer_host_s": (0.0, 1e-2)}
+
+
+# a log-time residual below this counts fully (soft-L1 loss), above it linearly: robust to a few odd rows
+FIT_RESIDUAL_SCALE = 0.05
+
+
+def fit_efficiency(rows: "Rows", start: Efficiency = Efficiency(), fields: tuple[str, ...] = FIT_FIELDS,
+                   prior_sigma: float | None = None) -> Efficiency:
+    """Least squares on log(predicted / measured) over `rows`, bounded per field.
+
+    `prior_sigma`: a Gaussian prior on log(constant / start constant) of that width (0.2: a constant
+    20 % off `start` costs as much as one row off by `FIT_RESIDUAL_SCALE`), i.e. the MAP estimate;
+    what a few rows do not support stays near `start`. None: no prior (the shipped constants).
+    """
+    from scipy.optimize import least_squares
+
+    batch = stack_designs(*zip(*rows.specs))
+    log_measured = torch.as_tensor(np.log(rows.measured_s))
+    lo = np.array([FIT_BOUNDS[f][0] for f in fields])
+    hi = np.array([FIT_BOUNDS[f][1] for f in fields])
+    scale = hi - lo
+    start_values = np.array([getattr(start, f) for f in fields])
+    with_prior = start_values > 0 if prior_sigma else np.zeros(len(fields), dtype=bool)
+    prior_weight = FIT_RESIDUAL_SCALE / prior_sigma if prior_sigma else 0.0
+
+    def residuals(z: np.ndarray) -> np.ndarray:
+        values = lo + z * scale
+        eff = dataclasses.replace(start, **{f: float(v) for f, v in zip(fields, values)})
+        data = (torch.log(evaluate(batch, eff).step_time_s) - log_measured).numpy()
+        prior = prior_weight * np.log(np.maximum(values[with_prior], 1e-300) / start_values[with_prior])
+        return np.concatenate([data, prior])
+
+    z0 = np.clip((np.array([getattr(start, f) for f in fields]) - lo) / scale, 0.0, 1.0)
+    best = least_squares(residuals, z0, bounds=(0.0, 1.0), diff_step=1e-3, loss="soft_l1", f_scale=FIT_RESIDUAL_SCALE)
+    return dataclasses.replace(start, **{f: float(v) for f, v in zip(fields, lo + best.x * scale)})

@@ -7,8 +7,9 @@ Two CSV schemas are understood (see experiments/validation/README.md):
   GPT runs on A100 nodes with full activation checkpointing; ranking quality matters there, so
   Kendall tau per model is reported.
 
-`fit_efficiency` fits the few global constants of `analytical.step.efficiency.Efficiency` on some rows
-(least squares on log time); never per row.
+A row that leaves out how it ran gets what the run having trained implies (`_lightest_that_fits`,
+`_trained_etp`). `deepflow.calibration.fit_efficiency` fits the few global constants of
+`analytical.step.efficiency.Efficiency` on some rows (least squares on log time); never per row.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 
 from analytical import Efficiency, Reason, SystemSpec, evaluate, stack_designs
 from analytical.specs import MappingSpec, ModelSpec
@@ -211,12 +211,12 @@ def _vtrain_row(row: pd.Series) -> dict:
 AUTO = "auto"
 
 
-def _first_fitting(specs: list[tuple], options: dict[int, list[tuple[str, int]]]) -> dict[int, int | None]:
-    """Per row `i` of `options`: the index of its first option that fits device memory, or None (one batch)."""
+def _first_fitting(specs: list[tuple], options: dict[int, list[dict]]) -> dict[int, int | None]:
+    """Per row `i` of `options` (mapping fields to replace): the index of its first option that fits device
+    memory, or None (one batch)."""
     if not options:
         return {}
-    trial = [(*specs[i][:3], dataclasses.replace(specs[i][3], recompute=o, recompute_layers=k))
-             for i, opts in options.items() for o, k in opts]
+    trial = [(*specs[i][:3], dataclasses.replace(specs[i][3], **o)) for i, opts in options.items() for o in opts]
     fits = (evaluate(stack_designs(*zip(*trial))).reason != int(Reason.OUT_OF_MEMORY)).tolist()
     out, start = {}, 0
     for i, opts in options.items():
@@ -225,24 +225,35 @@ def _first_fitting(specs: list[tuple], options: dict[int, list[tuple[str, int]]]
     return out
 
 
-def _lightest_recompute_that_fits(specs: list[tuple], rows: list[int]) -> list[tuple]:
-    """`specs` with the mapping of each row of `rows` given the lightest recompute that fits its device memory:
-    none, selective, full on the fewest layers of each stage (Megatron recompute_method=block), full on all (the
-    heaviest where none fits: the run reports out of memory). A row that overlaps its expert-parallel traffic
-    never had full recompute (Megatron-Core refuses the pair). Layer counts are searched only where needed."""
+def _lightest_that_fits(specs: list[tuple], auto: set[int], grads_unstated: set[int]) -> list[tuple]:
+    """`specs` with each row of `auto` (recompute unstated) or `grads_unstated` (gradient reduce precision
+    unstated) given the lightest choice that fits its device memory: recompute none, selective, full on the
+    fewest layers of each stage (Megatron recompute_method=block), full on all (the heaviest where none fits:
+    the run reports out of memory); at each, fp32 gradient reduction (Megatron-LM's bf16 default) before bf16,
+    which NVIDIA's benchmark scripts set (NeMo @8cfedd7203 scripts/performance/helpers.py set_precision_configs,
+    Megatron-Bridge @067f987df perf_recipes/_common.py _perf_precision) and which costs no time. A row that
+    overlaps its expert-parallel traffic never had full recompute (Megatron-Core refuses the pair). Layer
+    counts are searched only where needed."""
     specs = list(specs)
-    levels = {i: [("none", 0), ("selective", 0)] + ([] if specs[i][3].overlap_ep_comm else [("full", 0)])
-              for i in rows}
-    first = _first_fitting(specs, levels)
-    choice = {i: levels[i][-1 if first[i] is None else first[i]] for i in rows}
+
+    def levels(i: int) -> list[dict]:
+        m = specs[i][3]
+        recomputes = (["none", "selective"] + ([] if m.overlap_ep_comm else ["full"])) if i in auto else [m.recompute]
+        grads = [True, False] if i in grads_unstated else [m.grad_reduce_in_fp32]
+        return [{"recompute": r, "recompute_layers": 0 if i in auto else m.recompute_layers, "grad_reduce_in_fp32": g}
+                for r in recomputes for g in grads]
+
+    options = {i: levels(i) for i in sorted(auto | grads_unstated)}
+    first = _first_fitting(specs, options)
+    choice = {i: opts[-1 if first[i] is None else first[i]] if i in auto else opts[first[i] or 0]
+              for i, opts in options.items()}
     # where full recompute fits and nothing lighter does: of k < all layers of the most loaded stage, lightest first
-    partial = {i: [("full", k) for k in range(1, -(-specs[i][2].num_layers // specs[i][3].pp))]
-               for i in rows if first[i] is not None and levels[i][first[i]] == ("full", 0)}
+    partial = {i: [dict(choice[i], recompute_layers=k) for k in range(1, -(-specs[i][2].num_layers // specs[i][3].pp))]
+               for i in auto if first[i] is not None and choice[i]["recompute"] == "full"}
     for i, k in _first_fitting(specs, {i: o for i, o in partial.items() if o}).items():
         choice[i] = choice[i] if k is None else partial[i][k]
-    for i in rows:
-        recompute, layers = choice[i]
-        specs[i] = (*specs[i][:3], dataclasses.replace(specs[i][3], recompute=recompute, recompute_layers=layers))
+    for i, c in choice.items():
+        specs[i] = (*specs[i][:3], dataclasses.replace(specs[i][3], **c))
     return specs
 
 
@@ -273,12 +284,12 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
                 file=sys.stderr, disable=len(frame) < LARGE_FILE_ROWS)
     unstated: set[str] = set()
     specs = [_published_specs(row, flash_attention, unstated) for _, row in rows]
-    auto = [i for i, r in enumerate(frame["recompute"]) if r == AUTO]
-    if auto:
-        specs = _lightest_recompute_that_fits(specs, auto)
-    etp_stated = frame["etp"].notna().to_numpy() if "etp" in frame.columns else np.zeros(len(frame), dtype=bool)
-    auto_rows = set(auto)
-    assumed = [_assumed(spec, i in auto_rows, bool(etp_stated[i])) for i, spec in enumerate(specs)]
+    stated = {c: frame[c].notna().to_numpy() if c in frame.columns else np.zeros(len(frame), dtype=bool)
+              for c in ("etp", "grad_reduce_in_fp32")}
+    auto = {i for i, r in enumerate(frame["recompute"]) if r == AUTO}
+    grads = {i for i, spec in enumerate(specs) if not stated["grad_reduce_in_fp32"][i] and _grads_flag_matters(spec[3])}
+    specs = _lightest_that_fits(specs, auto, grads)
+    assumed = [_assumed(spec, i in auto, bool(stated["etp"][i]), i in grads) for i, spec in enumerate(specs)]
     groups = [str(m) for m in frame["model"]] if "model" in frame.columns else list(frame["id"])
     sources = [str(s).split(";")[0].split(" Table")[0] for s in frame.get("source", frame["id"])]
     memory = (pd.to_numeric(frame["measured_memory_gib"], errors="coerce").to_numpy(dtype=float)
@@ -287,14 +298,21 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
                 frame["measured_iter_time_s"].to_numpy(dtype=float), memory, tuple(sorted(unstated)), assumed)
 
 
-def _assumed(spec: tuple, auto: bool, etp_stated: bool) -> dict:
-    """What the reader inferred for one row because the run trained: the recompute of `recompute=auto`
-    (`_lightest_recompute_that_fits`), an expert tensor parallelism other than Megatron-Core's default
-    (`_trained_etp`)."""
+def _grads_flag_matters(mapping: MappingSpec) -> bool:
+    """Whether `grad_reduce_in_fp32` changes anything: bf16 or narrower (`analytical.step.param_bytes`)."""
+    return mapping.precision not in ("fp32", "tf32", "fp16")
+
+
+def _assumed(spec: tuple, auto: bool, etp_stated: bool, grads_unstated: bool) -> dict:
+    """What the reader inferred for one row because the run trained: the recompute of `recompute=auto` and
+    the gradient reduce precision where it is unstated (`_lightest_that_fits`; reported where not Megatron-LM's
+    fp32), an expert tensor parallelism other than Megatron-Core's default (`_trained_etp`)."""
     mapping, out = spec[3], {}
     if auto:
         out["recompute"] = mapping.recompute + (f", {mapping.recompute_layers} layers a stage"
                                                 if mapping.recompute_layers else "")
+    if grads_unstated and not mapping.grad_reduce_in_fp32:
+        out["grad_reduce_in_fp32"] = 0
     if not etp_stated and mapping.etp:
         out["etp"] = mapping.etp
     return out
@@ -403,48 +421,3 @@ def report(rows: Rows, eff: Efficiency, pred: dict | None = None, group_by: tupl
                              "max_abs_error": float(abs_err[labels == label].max())}
                      for label in sorted(set(labels))}
     return out
-
-
-FIT_FIELDS = ("gemm_peak_fraction", "gemm_tile_overhead_s", "narrow_gemm_peak_fraction", "hbm_bw_fraction",
-              "flash_attention_fraction", "scale_up_bw_fraction", "scale_out_bw_fraction", "zero3_comm_fraction",
-              "overlap_compute_slowdown", "layer_overhead_s", "moe_layer_host_s")
-FIT_BOUNDS = {"gemm_peak_fraction": (0.5, 1.0), "gemm_tile_overhead_s": (0.0, 2e-5),
-              "narrow_gemm_peak_fraction": (0.3, 1.0), "hbm_bw_fraction": (0.3, 1.0),
-              "flash_attention_fraction": (0.2, 1.0), "scale_up_bw_fraction": (0.3, 1.0),
-              "scale_out_bw_fraction": (0.1, 1.0), "zero3_comm_fraction": (0.02, 1.0),
-              "overlap_compute_slowdown": (1.0, 3.0), "layer_overhead_s": (0.0, 5e-3), "moe_layer_host_s": (0.0, 1e-2)}
-
-
-# a log-time residual below this counts fully (soft-L1 loss), above it linearly: robust to a few odd rows
-FIT_RESIDUAL_SCALE = 0.05
-
-
-def fit_efficiency(rows: Rows, start: Efficiency = Efficiency(), fields: tuple[str, ...] = FIT_FIELDS,
-                   prior_sigma: float | None = None) -> Efficiency:
-    """Least squares on log(predicted / measured) over `rows`, bounded per field.
-
-    `prior_sigma`: a Gaussian prior on log(constant / start constant) of that width (0.2: a constant
-    20 % off `start` costs as much as one row off by `FIT_RESIDUAL_SCALE`), i.e. the MAP estimate;
-    what a few rows do not support stays near `start`. None: no prior (the shipped constants).
-    """
-    from scipy.optimize import least_squares
-
-    batch = stack_designs(*zip(*rows.specs))
-    log_measured = torch.as_tensor(np.log(rows.measured_s))
-    lo = np.array([FIT_BOUNDS[f][0] for f in fields])
-    hi = np.array([FIT_BOUNDS[f][1] for f in fields])
-    scale = hi - lo
-    start_values = np.array([getattr(start, f) for f in fields])
-    with_prior = start_values > 0 if prior_sigma else np.zeros(len(fields), dtype=bool)
-    prior_weight = FIT_RESIDUAL_SCALE / prior_sigma if prior_sigma else 0.0
-
-    def residuals(z: np.ndarray) -> np.ndarray:
-        values = lo + z * scale
-        eff = dataclasses.replace(start, **{f: float(v) for f, v in zip(fields, values)})
-        data = (torch.log(evaluate(batch, eff).step_time_s) - log_measured).numpy()
-        prior = prior_weight * np.log(np.maximum(values[with_prior], 1e-300) / start_values[with_prior])
-        return np.concatenate([data, prior])
-
-    z0 = np.clip((np.array([getattr(start, f) for f in fields]) - lo) / scale, 0.0, 1.0)
-    best = least_squares(residuals, z0, bounds=(0.0, 1.0), diff_step=1e-3, loss="soft_l1", f_scale=FIT_RESIDUAL_SCALE)
-    return dataclasses.replace(start, **{f: float(v) for f, v in zip(fields, lo + best.x * scale)})

@@ -1,7 +1,7 @@
 """Global efficiency constants of the analytical model: few, shared by every design, never per row.
 
 Fields marked "fitted" hold the values fitted (robust least squares on log time,
-`deepflow.validation.fit_efficiency`) on every visible measured run: the 30 A100 runs of
+`deepflow.calibration.fit_efficiency`) on every visible measured run: the 30 A100 runs of
 experiments/validation/published_runs.csv, the 109 of vtrain_ground_truth_multi.csv and the 186
 H100 / H200 / B200 / B300 / GB200 / GB300 runs of modern_runs.csv, in stages: a refit moves the constants
 a model change concerns and holds the others (`python experiments/validation/leave_one_source_out.py

@@ -6,7 +6,7 @@
 The data is a CSV in the validation format (`deepflow.validation.read_rows`: the published-runs
 schema of experiments/validation/README.md, or vTrain's). The constants are the fields of
 `analytical.step.efficiency.Efficiency` named by `fields` (default: every one of
-`deepflow.validation.FIT_FIELDS`, read when the command runs), fitted by `fit_efficiency` (robust
+`deepflow.calibration.FIT_FIELDS`, read when the command runs), fitted by `fit_efficiency` (robust
 least squares on log time, bounded by `FIT_BOUNDS`), never per row. A field whose value changes no
 row's predicted time anywhere in its bounds (e.g. the fp8 GEMM fraction on a CSV of fp16 runs) is
 not fitted: it keeps its default, and the output says so.
@@ -75,7 +75,7 @@ def options(cfg) -> dict[str, Any]:
     """The checked options of the composed config (no file is read here)."""
     from omegaconf import ListConfig, OmegaConf
 
-    from deepflow import validation
+    from deepflow import calibration
     from deepflow.config import option
 
     out = {"fit": option(cfg, "fit", FITS), "cv": option(cfg, "cv", CVS), "output": option(cfg, "output", OUTPUTS),
@@ -86,7 +86,7 @@ def options(cfg) -> dict[str, Any]:
     if data is None or not str(data).strip():
         raise ConfigError("data=None is invalid: allowed a CSV of measured runs (e.g. data=my_runs.csv)")
     out["data"] = str(data)
-    fit_fields = tuple(validation.FIT_FIELDS)  # read now: the tuple grows as the model does
+    fit_fields = tuple(calibration.FIT_FIELDS)  # read now: the tuple grows as the model does
     given = OmegaConf.select(cfg, "fields")
     if given is None:
         fields = fit_fields

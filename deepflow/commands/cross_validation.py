@@ -36,7 +36,7 @@ def _log_time(rows, eff: Efficiency) -> np.ndarray:
 def informed_fields(rows, start: Efficiency, fields: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """`(informed, not informed)`: a field informs the fit when moving it to either end of its
     `FIT_BOUNDS` changes some row's predicted time (else the fit could only drift it)."""
-    from deepflow.validation import FIT_BOUNDS
+    from deepflow.calibration import FIT_BOUNDS
 
     base = _log_time(rows, start)
     informed, idle = [], []
@@ -52,7 +52,7 @@ def _fit(rows, start: Efficiency, fields: tuple[str, ...],
          prior_sigma: Optional[float]) -> tuple[Efficiency, tuple[str, ...]]:
     """`start` fitted to `rows` (`fit_efficiency`), the fields that cannot move it left out; a
     prior of width 0 keeps `start` as it is."""
-    from deepflow.validation import fit_efficiency
+    from deepflow.calibration import fit_efficiency
 
     informed, idle = informed_fields(rows, start, fields)
     if not informed or prior_sigma == 0.0:

@@ -29,7 +29,8 @@ def cmd_validate(overrides: list[str]) -> int:
     from deepflow.calibration import calibration_from_config, predict_calibrated
     from deepflow.config import compose_config, option
     from deepflow.report import validation_table
-    from deepflow.validation import fit_efficiency, read_rows, report
+    from deepflow.calibration import fit_efficiency
+    from deepflow.validation import read_rows, report
 
     cfg = compose_config(overrides)
     output = option(cfg, "output", ("table", "json"))

@@ -26,7 +26,8 @@ import numpy as np
 
 from analytical import DEFAULT_EFFICIENCY, Efficiency
 from analytical.codes import PRECISIONS
-from deepflow.validation import FIT_FIELDS, GENERATIONS, Rows, concat, fit_efficiency, generation, read_rows, report
+from deepflow.calibration import FIT_FIELDS, fit_efficiency
+from deepflow.validation import GENERATIONS, Rows, concat, generation, read_rows, report
 
 HERE = Path(__file__).resolve().parent
 HEADER = f"{'constants':34s} {'evaluated on':16s} {'n':>4s} {'mean|err|':>10s} {'max|err|':>9s} {'min tau':>8s}"

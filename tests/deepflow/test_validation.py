@@ -12,7 +12,8 @@ import pytest
 from analytical import DEFAULT_EFFICIENCY, evaluate, stack_designs
 from analytical.specs import ATTENTION_KERNELS, CUDA_GRAPHS, ELEMENTWISE
 from deepflow.presets import ConfigError
-from deepflow.validation import fit_efficiency, read_rows, report
+from deepflow.calibration import fit_efficiency
+from deepflow.validation import read_rows, report
 
 DATA = Path(__file__).resolve().parents[2] / "experiments" / "validation"
 
@@ -245,6 +246,24 @@ def test_a_moe_row_without_etp_gets_the_expert_grid_it_trained_with(tmp_path):
     stated = read_rows(_write(rows.assign(etp=2), tmp_path / "stated.csv"))
     assert [spec[3].etp for spec in stated.specs] == [2, 2]
     assert not bool(evaluate(stack_designs(*zip(*stated.specs[:1]))).feasible[0])  # 2 x 32 does not divide 32
+
+
+def test_an_unstated_gradient_precision_is_fp32_unless_only_bf16_fits(tmp_path):
+    """grad_reduce_in_fp32 unstated: Megatron-LM's fp32 where the run fits with it (Llama 3 8B on 8 GB200), bf16
+    (what NVIDIA's benchmark scripts set) where only that fits the stated recompute (Llama 3 70B on 64 GB300,
+    recompute none, FSDP with offloading), as the run trained; reported as inferred; a stated value wins."""
+    modern = pd.read_csv(DATA / "modern_runs.csv")
+    ids = ["mbridge-25.11-gb200-llama3-8b-fp8-8", "mbridge-26.02.01-gb300-llama3-70b-mxfp8-64"]
+    rows = modern[modern["id"].isin(ids)].set_index("id").loc[ids].reset_index()
+    plain = read_rows(_write(rows.drop(columns=["grad_reduce_in_fp32"]), tmp_path / "plain.csv"))
+    assert [spec[3].grad_reduce_in_fp32 for spec in plain.specs] == [True, False]
+    assert [spec[3].recompute for spec in plain.specs] == list(rows["recompute"])  # stated: kept
+    assert [r.get("assumed") for r in report(plain, DEFAULT_EFFICIENCY)["rows"]] == [None, {"grad_reduce_in_fp32": 0}]
+    fp32 = [(*spec[:3], dataclasses.replace(spec[3], grad_reduce_in_fp32=True)) for spec in plain.specs]
+    assert evaluate(stack_designs(*zip(*fp32))).feasible.tolist() == [True, False]
+    assert bool(evaluate(stack_designs(*zip(*plain.specs))).feasible.all())
+    stated = read_rows(_write(rows.assign(grad_reduce_in_fp32=1), tmp_path / "stated.csv"))
+    assert [spec[3].grad_reduce_in_fp32 for spec in stated.specs] == [True, True]
 
 
 def test_auto_recompute_recomputes_the_fewest_layers_that_fit():

@@ -23,7 +23,8 @@ from deepflow.calibration import Calibration, predict_calibrated
 from deepflow.cli import main
 from deepflow.commands.cross_validation import AUTO_PRIOR_SIGMAS, sigma_label
 from deepflow.presets import ConfigError
-from deepflow.validation import FIT_FIELDS, predict, read_rows
+from deepflow.calibration import FIT_FIELDS
+from deepflow.validation import predict, read_rows
 
 REPO = Path(__file__).resolve().parents[3]
 PUBLISHED = REPO / "experiments" / "validation" / "published_runs.csv"
