@@ -140,8 +140,8 @@ def validation_table(result: dict) -> str:
                             for r in memory], align="lrrrl", title="device memory by part:"))
     s = result["summary"]
     counts = Counter(f"{k} {v}" for r in result.get("rows", []) for k, v in r.get("assumed", {}).items())
-    if counts:  # what the reader inferred because the run trained (recompute=auto, an unstated etp)
-        lines += ["", "inferred from the run having trained (output=json: rows[].assumed): "
+    if counts:  # what the reader inferred: from the run having trained (recompute=auto, etp, ...), from its source
+        lines += ["", "inferred from the run having trained or from its source (output=json: rows[].assumed): "
                       + "; ".join(f"{k} on {n} row{'s' * (n != 1)}" for k, n in sorted(counts.items()))]
     unstated = result.get("unstated_columns", [])
     if unstated:  # what the file leaves to the reader's defaults (experiments/validation/README.md, per column)

@@ -112,6 +112,31 @@ def _trained_etp(tp: int, ep: int, dp: int, cp: int, experts: int) -> int:
     return 0 if experts <= 1 or (dp * cp * tp) % (tp * ep) == 0 else 1
 
 
+# the software stacks a row can name (`framework`), and the defaults each gives an unstated stack column
+FRAMEWORKS = ("megatron", "torchtitan")
+
+
+def framework(row: pd.Series) -> str:
+    """The row's `framework`, else "torchtitan" where its `source` names it, else "megatron" (Megatron-Core's
+    stacks: NeMo, Megatron-Bridge, Megatron-LM)."""
+    stated = str(_opt(row, "framework", _named_framework(_opt(row, "source", ""))))
+    if stated not in FRAMEWORKS:
+        raise ConfigError(f"row {row['id']}: framework={stated!r} is invalid: allowed {', '.join(FRAMEWORKS)}")
+    return stated
+
+
+def _named_framework(source) -> str:
+    return "torchtitan" if "torchtitan" in str(source).lower() else "megatron"
+
+
+def _stack_defaults(stack: str, accelerator) -> dict:
+    """torchtitan: `F.scaled_dot_product_attention`, whose FlashAttention-2 backend runs on Hopper (cuDNN opt-in
+    since pytorch/pytorch#138522; torchtitan puts cuDNN first on sm100 only, pytorch/torchtitan#1196; on Ampere
+    FA2 is native), and a TP plan that keeps each column-parallel linear's gathered input (`Replicate()`)."""
+    return {"attention_kernel": "fa2" if generation(accelerator) == "hopper" else "native",
+            "sp_keeps_gathered_input": 1} if stack == "torchtitan" else {}
+
+
 def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None = None) -> tuple:
     """`(accelerator, system, model, mapping)` of one row; `unstated` collects the optional columns the CSV leaves
     out (read as their defaults)."""
@@ -128,6 +153,7 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
         raise ConfigError(f"{where}: gpu: {exc}") from None
     if opt("power_limit_w", None) is not None:  # the run's power cap (nvidia-smi -pl)
         accelerator = dataclasses.replace(accelerator, power_limit_w=float(row["power_limit_w"]))
+    stack = _stack_defaults(framework(row), accelerator)
     system = SystemSpec(name="cluster", num_devices=int(row["num_gpus"]),
                         devices_per_node=int(row["gpus_per_node"]),
                         scale_up_domain=int(opt("scale_up_domain", _platform_domain(row, accelerator))),
@@ -158,7 +184,8 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
     mapping = MappingSpec(tp=tp, pp=int(row["pp"]), dp=dp, cp=cp, ep=ep, vp=int(opt("vp", 1)),
                           sequence_parallel=bool(int(opt("sequence_parallel", 0))),
                           micro_batch_size=int(row["micro_batch_size"]),
-                          global_batch_size=int(row["global_batch_size"]), recompute=("none" if row["recompute"] == AUTO else str(row["recompute"])),
+                          global_batch_size=int(row["global_batch_size"]),
+                          recompute=("none" if row["recompute"] == AUTO else str(row["recompute"])),
                           zero_stage=3 if fsdp else int(opt("zero_stage", 0)), fsdp=fsdp,
                           distributed_optimizer=bool(int(opt("distributed_optimizer", 0))),
                           precision=str(row["precision"]),
@@ -178,8 +205,9 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
                           fp8_attention=bool(int(opt("fp8_attention", 0))),
                           fused_expert_mlp=bool(int(opt("fused_expert_mlp", 0))),
                           elementwise=str(opt("elementwise", "fused")),
-                          attention_kernel=str(opt("attention_kernel", "native")),
-                          sp_keeps_gathered_input=bool(int(opt("sp_keeps_gathered_input", 0))),
+                          attention_kernel=str(opt("attention_kernel", stack.get("attention_kernel", "native"))),
+                          sp_keeps_gathered_input=bool(int(opt("sp_keeps_gathered_input",
+                                                               stack.get("sp_keeps_gathered_input", 0)))),
                           etp=int(opt("etp", _trained_etp(tp, ep, dp, cp, model.num_experts))),
                           overlap_ep_comm=bool(int(opt("overlap_ep_comm", 0))),
                           # dp / tp / pp overlap a row does not state: the stack's default (MappingSpec.overlap)
@@ -285,22 +313,21 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
     unstated: set[str] = set()
     specs = [_published_specs(row, flash_attention, unstated) for _, row in rows]
     stated = {c: frame[c].notna().to_numpy() if c in frame.columns else np.zeros(len(frame), dtype=bool)
-              for c in ("etp", "grad_reduce_in_fp32")}
+              for c in ("etp", "grad_reduce_in_fp32", "framework")}
     auto = {i for i, r in enumerate(frame["recompute"]) if r == AUTO}
-    grads = {i for i, spec in enumerate(specs) if not stated["grad_reduce_in_fp32"][i] and _grads_flag_matters(spec[3])}
+    # an unstated gradient precision, where it matters: bf16 or narrower (`analytical.step.param_bytes`)
+    grads = {i for i, spec in enumerate(specs)
+             if not stated["grad_reduce_in_fp32"][i] and spec[3].precision not in ("fp32", "tf32", "fp16")}
     specs = _lightest_that_fits(specs, auto, grads)
-    assumed = [_assumed(spec, i in auto, bool(stated["etp"][i]), i in grads) for i, spec in enumerate(specs)]
+    named = [_named_framework(s) for s in (frame["source"] if "source" in frame.columns else [""] * len(frame))]
+    assumed = [{**({"framework": named[i]} if named[i] != "megatron" and not stated["framework"][i] else {}),
+                **_assumed(spec, i in auto, bool(stated["etp"][i]), i in grads)} for i, spec in enumerate(specs)]
     groups = [str(m) for m in frame["model"]] if "model" in frame.columns else list(frame["id"])
     sources = [str(s).split(";")[0].split(" Table")[0] for s in frame.get("source", frame["id"])]
     memory = (pd.to_numeric(frame["measured_memory_gib"], errors="coerce").to_numpy(dtype=float)
               if "measured_memory_gib" in frame.columns else None)
     return Rows(list(map(str, frame["id"])), groups, sources, specs,
                 frame["measured_iter_time_s"].to_numpy(dtype=float), memory, tuple(sorted(unstated)), assumed)
-
-
-def _grads_flag_matters(mapping: MappingSpec) -> bool:
-    """Whether `grad_reduce_in_fp32` changes anything: bf16 or narrower (`analytical.step.param_bytes`)."""
-    return mapping.precision not in ("fp32", "tf32", "fp16")
 
 
 def _assumed(spec: tuple, auto: bool, etp_stated: bool, grads_unstated: bool) -> dict:

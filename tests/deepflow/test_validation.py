@@ -79,7 +79,8 @@ def test_modern_runs_software_columns_hold_allowed_values():
     assert set(frame["sp_keeps_gathered_input"]) <= {"", "1"} and kept.sum() == 19
     titan_tp = frame["id"].str.startswith("titan-") & (frame["tp"].astype(int) > 1)
     assert (kept == titan_tp).all() and (frame.loc[kept, "sequence_parallel"] == "1").all()
-    assert [spec[3].sp_keeps_gathered_input for spec in rows.specs] == list(kept)
+    # an empty cell is the row's framework's default: torchtitan's plan (moot where tp is 1), else 0
+    assert [spec[3].sp_keeps_gathered_input for spec in rows.specs] == list(kept | frame["id"].str.startswith("titan-"))
 
 
 def test_nemo_24_07_rows_keep_the_launchers_optimizer_state():
@@ -266,6 +267,25 @@ def test_an_unstated_gradient_precision_is_fp32_unless_only_bf16_fits(tmp_path):
     assert [spec[3].grad_reduce_in_fp32 for spec in stated.specs] == [True, True]
 
 
+def test_a_row_whose_source_names_torchtitan_gets_its_attention_kernel_and_tp_plan(tmp_path):
+    """framework unstated: "torchtitan" where the source names it, whose SDPA runs FlashAttention-2 on Hopper and
+    whose TP plan keeps the gathered inputs (a torchtitan TP row on H100 with both columns dropped predicts what
+    it does typed); stated `framework=megatron` gives Transformer Engine's kernel; a bad value names the field."""
+    modern = pd.read_csv(DATA / "modern_runs.csv")
+    rows = modern[modern["id"] == "titan-2506-h100-llama3-8b-bf16-tp-64"]
+    plain = rows.drop(columns=["attention_kernel", "sp_keeps_gathered_input"])
+    typed, named = (read_rows(_write(f, tmp_path / f"{k}.csv")) for k, f in (("typed", rows), ("named", plain)))
+    assert (named.specs[0][3].attention_kernel, named.specs[0][3].sp_keeps_gathered_input) == ("fa2", True)
+    assert named.specs == typed.specs and named.assumptions() == [{"framework": "torchtitan"}]
+    megatron = read_rows(_write(plain.assign(framework="megatron"), tmp_path / "megatron.csv"))
+    assert (megatron.specs[0][3].attention_kernel, megatron.specs[0][3].sp_keeps_gathered_input) == ("native", False)
+    assert megatron.assumptions() == [{}]
+    slower = evaluate(stack_designs(*zip(*(named.specs + megatron.specs)))).step_time_s
+    assert float(slower[0]) > float(slower[1])  # FlashAttention-2 below cuDNN's fused attention on H100
+    with pytest.raises(ConfigError, match="framework='jax' is invalid: allowed megatron, torchtitan"):
+        read_rows(_write(plain.assign(framework="jax"), tmp_path / "bad.csv"))
+
+
 def test_auto_recompute_recomputes_the_fewest_layers_that_fit():
     """`recompute=auto` goes none, selective, then full on the fewest layers of each stage (Megatron's block
     method), then all: NeMo 24.07's GPT-3 20B (44 layers, tp 2, pp 1) needs neither all nor none recomputed."""
@@ -282,5 +302,6 @@ def test_auto_recompute_recomputes_the_fewest_layers_that_fit():
     assumed = {r["id"]: r.get("assumed") for r in out["rows"]}
     assert assumed["nemo-24.07-h100-gpt3-20b-fp8-64"] == {"recompute": f"full, {mapping.recompute_layers} layers a stage"}
     assert assumed["mbridge-26.04.01-h100-qwen3-235b-a22b-fp8-256"] == {"recompute": "none"}  # auto, fits as is
-    assert assumed["titan-2412-h100-llama3-8b-fsdp-8"] is None  # states its recompute and etp has no say
-    assert out["summary"]["assumed_rows"] == 100
+    assert assumed["titan-2412-h100-llama3-8b-fsdp-8"] == {"framework": "torchtitan"}  # its recompute is stated
+    assert assumed["dgxc-v25.04.02-h100-llama3-8b-fp8-8"] == {"recompute": "none"}
+    assert out["summary"]["assumed_rows"] == 139  # the 100 `auto` rows and the 39 torchtitan rows
