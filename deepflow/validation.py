@@ -7,8 +7,8 @@ Two CSV schemas are understood (see experiments/validation/README.md):
   GPT runs on A100 nodes with full activation checkpointing; ranking quality matters there, so
   Kendall tau per model is reported.
 
-A row that leaves out how it ran gets what the run having trained implies (`_lightest_that_fits`,
-`_trained_etp`). `deepflow.calibration.fit_efficiency` fits the few global constants of
+A row that leaves out how it ran gets its framework's defaults and what the run having trained implies
+(`deepflow.trained`). `deepflow.calibration.fit_efficiency` fits the few global constants of
 `analytical.step.efficiency.Efficiency` on some rows (least squares on log time); never per row.
 """
 
@@ -23,10 +23,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analytical import Efficiency, Reason, SystemSpec, evaluate, stack_designs
+from analytical import Efficiency, SystemSpec, evaluate, stack_designs
 from analytical.specs import MappingSpec, ModelSpec
 from analytical.stack import OVERLAP_KINDS
 from deepflow.presets import ConfigError, load_preset
+from deepflow.trained import AUTO, assumed, lightest_that_fits, trained_etp
 
 GIB = 2.0 ** 30
 PUBLISHED_REQUIRED = ("id", "num_layers", "hidden_size", "num_heads", "vocab_size", "seq_length", "precision",
@@ -102,14 +103,6 @@ def _platform_domain(row: pd.Series, accelerator) -> int:
     larger one (`AcceleratorSpec.scale_up_domain`, e.g. GB200 NVL72), capped at the run's GPUs."""
     node, devices = int(row["gpus_per_node"]), int(row["num_gpus"])
     return max(node, min(accelerator.scale_up_domain, devices))
-
-
-def _trained_etp(tp: int, ep: int, dp: int, cp: int, experts: int) -> int:
-    """The expert tensor parallelism of a row that states none: Megatron-Core's default (0: tp) where its expert
-    grid fits the mapping (etp * ep divides dp * cp * tp); where it does not, the run (which trained) set a smaller
-    one, and 1 is what the recipes set (every literal `expert_tensor_parallel_size` in Megatron-Bridge @067f987df,
-    142, and in NeMo @8cfedd7203, 8, is 1)."""
-    return 0 if experts <= 1 or (dp * cp * tp) % (tp * ep) == 0 else 1
 
 
 # the software stacks a row can name (`framework`), and the defaults each gives an unstated stack column
@@ -208,7 +201,7 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
                           attention_kernel=str(opt("attention_kernel", stack.get("attention_kernel", "native"))),
                           sp_keeps_gathered_input=bool(int(opt("sp_keeps_gathered_input",
                                                                stack.get("sp_keeps_gathered_input", 0)))),
-                          etp=int(opt("etp", _trained_etp(tp, ep, dp, cp, model.num_experts))),
+                          etp=int(opt("etp", trained_etp(tp, ep, dp, cp, model.num_experts))),
                           overlap_ep_comm=bool(int(opt("overlap_ep_comm", 0))),
                           # dp / tp / pp overlap a row does not state: the stack's default (MappingSpec.overlap)
                           **{field: (None if opt(field, None) is None else bool(int(row[field])))
@@ -233,56 +226,6 @@ def _vtrain_row(row: pd.Series) -> dict:
             "pp": row["pipeline parallelism"], "dp": row["data parallelism"], "micro_batch_size": row["micro batch"],
             "global_batch_size": row["global batch"], "recompute": v["recompute"],
             "measured_iter_time_s": row["iteration time (ms)"] / 1000.0}
-
-
-# `recompute` a source does not state: the lightest that fits device memory (it trained, so it fit)
-AUTO = "auto"
-
-
-def _first_fitting(specs: list[tuple], options: dict[int, list[dict]]) -> dict[int, int | None]:
-    """Per row `i` of `options` (mapping fields to replace): the index of its first option that fits device
-    memory, or None (one batch)."""
-    if not options:
-        return {}
-    trial = [(*specs[i][:3], dataclasses.replace(specs[i][3], **o)) for i, opts in options.items() for o in opts]
-    fits = (evaluate(stack_designs(*zip(*trial))).reason != int(Reason.OUT_OF_MEMORY)).tolist()
-    out, start = {}, 0
-    for i, opts in options.items():
-        row_fits, start = fits[start:start + len(opts)], start + len(opts)
-        out[i] = row_fits.index(True) if any(row_fits) else None
-    return out
-
-
-def _lightest_that_fits(specs: list[tuple], auto: set[int], grads_unstated: set[int]) -> list[tuple]:
-    """`specs` with each row of `auto` (recompute unstated) or `grads_unstated` (gradient reduce precision
-    unstated) given the lightest choice that fits its device memory: recompute none, selective, full on the
-    fewest layers of each stage (Megatron recompute_method=block), full on all (the heaviest where none fits:
-    the run reports out of memory); at each, fp32 gradient reduction (Megatron-LM's bf16 default) before bf16,
-    which NVIDIA's benchmark scripts set (NeMo @8cfedd7203 scripts/performance/helpers.py set_precision_configs,
-    Megatron-Bridge @067f987df perf_recipes/_common.py _perf_precision) and which costs no time. A row that
-    overlaps its expert-parallel traffic never had full recompute (Megatron-Core refuses the pair). Layer
-    counts are searched only where needed."""
-    specs = list(specs)
-
-    def levels(i: int) -> list[dict]:
-        m = specs[i][3]
-        recomputes = (["none", "selective"] + ([] if m.overlap_ep_comm else ["full"])) if i in auto else [m.recompute]
-        grads = [True, False] if i in grads_unstated else [m.grad_reduce_in_fp32]
-        return [{"recompute": r, "recompute_layers": 0 if i in auto else m.recompute_layers, "grad_reduce_in_fp32": g}
-                for r in recomputes for g in grads]
-
-    options = {i: levels(i) for i in sorted(auto | grads_unstated)}
-    first = _first_fitting(specs, options)
-    choice = {i: opts[-1 if first[i] is None else first[i]] if i in auto else opts[first[i] or 0]
-              for i, opts in options.items()}
-    # where full recompute fits and nothing lighter does: of k < all layers of the most loaded stage, lightest first
-    partial = {i: [dict(choice[i], recompute_layers=k) for k in range(1, -(-specs[i][2].num_layers // specs[i][3].pp))]
-               for i in auto if first[i] is not None and choice[i]["recompute"] == "full"}
-    for i, k in _first_fitting(specs, {i: o for i, o in partial.items() if o}).items():
-        choice[i] = choice[i] if k is None else partial[i][k]
-    for i, c in choice.items():
-        specs[i] = (*specs[i][:3], dataclasses.replace(specs[i][3], **c))
-    return specs
 
 
 def is_vtrain(frame: pd.DataFrame) -> bool:
@@ -313,36 +256,23 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
     unstated: set[str] = set()
     specs = [_published_specs(row, flash_attention, unstated) for _, row in rows]
     stated = {c: frame[c].notna().to_numpy() if c in frame.columns else np.zeros(len(frame), dtype=bool)
-              for c in ("etp", "grad_reduce_in_fp32", "framework")}
+              for c in ("etp", "grad_reduce_in_fp32", "offload_layers", "framework")}
     auto = {i for i, r in enumerate(frame["recompute"]) if r == AUTO}
     # an unstated gradient precision, where it matters: bf16 or narrower (`analytical.step.param_bytes`)
     grads = {i for i, spec in enumerate(specs)
              if not stated["grad_reduce_in_fp32"][i] and spec[3].precision not in ("fp32", "tf32", "fp16")}
-    specs = _lightest_that_fits(specs, auto, grads)
+    offload = set(np.flatnonzero(~stated["offload_layers"]).tolist())
+    specs = lightest_that_fits(specs, auto, grads, offload)
     named = [_named_framework(s) for s in (frame["source"] if "source" in frame.columns else [""] * len(frame))]
-    assumed = [{**({"framework": named[i]} if named[i] != "megatron" and not stated["framework"][i] else {}),
-                **_assumed(spec, i in auto, bool(stated["etp"][i]), i in grads)} for i, spec in enumerate(specs)]
+    inferred = [{**({"framework": named[i]} if named[i] != "megatron" and not stated["framework"][i] else {}),
+                 **assumed(spec, i in auto, bool(stated["etp"][i]), i in grads, i in offload)}
+                for i, spec in enumerate(specs)]
     groups = [str(m) for m in frame["model"]] if "model" in frame.columns else list(frame["id"])
     sources = [str(s).split(";")[0].split(" Table")[0] for s in frame.get("source", frame["id"])]
     memory = (pd.to_numeric(frame["measured_memory_gib"], errors="coerce").to_numpy(dtype=float)
               if "measured_memory_gib" in frame.columns else None)
     return Rows(list(map(str, frame["id"])), groups, sources, specs,
-                frame["measured_iter_time_s"].to_numpy(dtype=float), memory, tuple(sorted(unstated)), assumed)
-
-
-def _assumed(spec: tuple, auto: bool, etp_stated: bool, grads_unstated: bool) -> dict:
-    """What the reader inferred for one row because the run trained: the recompute of `recompute=auto` and
-    the gradient reduce precision where it is unstated (`_lightest_that_fits`; reported where not Megatron-LM's
-    fp32), an expert tensor parallelism other than Megatron-Core's default (`_trained_etp`)."""
-    mapping, out = spec[3], {}
-    if auto:
-        out["recompute"] = mapping.recompute + (f", {mapping.recompute_layers} layers a stage"
-                                                if mapping.recompute_layers else "")
-    if grads_unstated and not mapping.grad_reduce_in_fp32:
-        out["grad_reduce_in_fp32"] = 0
-    if not etp_stated and mapping.etp:
-        out["etp"] = mapping.etp
-    return out
+                frame["measured_iter_time_s"].to_numpy(dtype=float), memory, tuple(sorted(unstated)), inferred)
 
 
 # key prefixes of `predict`'s per-part arrays: a row's predicted time and device memory by part

@@ -232,41 +232,6 @@ def test_a_row_without_stack_columns_gets_the_stacks_overlaps_and_its_platforms_
     assert [spec[1].scale_up_domain for spec in stated.specs] == list(rows["gpus_per_node"])  # 4 on GB200 trays
 
 
-def test_a_moe_row_without_etp_gets_the_expert_grid_it_trained_with(tmp_path):
-    """etp unstated: Megatron-Core's default (tp) where etp * ep divides dp * cp * tp (DGX Cloud Grok-1 on GB200,
-    tp 4 ep 8 dp 32); 1 where only that fits (Qwen3-235B on 256 H100, tp 2 ep 32 dp 16), so the published run
-    comes out feasible, as it trained; a stated etp wins."""
-    modern = pd.read_csv(DATA / "modern_runs.csv")
-    ids = ["mbridge-26.04.01-h100-qwen3-235b-a22b-fp8-256", "dgxc-v25.05.05-gb200-grok1-314b-fp8-128"]
-    rows = modern[modern["id"].isin(ids)].set_index("id").loc[ids].reset_index()
-    plain = read_rows(_write(rows.drop(columns=["etp"]), tmp_path / "plain.csv"))
-    assert [spec[3].etp for spec in plain.specs] == [1, 0]
-    assert [r["assumed"].get("etp") for r in report(plain, DEFAULT_EFFICIENCY)["rows"]] == [1, None]  # both auto
-    result = evaluate(stack_designs(*zip(*plain.specs)))
-    assert bool(result.feasible.all())
-    stated = read_rows(_write(rows.assign(etp=2), tmp_path / "stated.csv"))
-    assert [spec[3].etp for spec in stated.specs] == [2, 2]
-    assert not bool(evaluate(stack_designs(*zip(*stated.specs[:1]))).feasible[0])  # 2 x 32 does not divide 32
-
-
-def test_an_unstated_gradient_precision_is_fp32_unless_only_bf16_fits(tmp_path):
-    """grad_reduce_in_fp32 unstated: Megatron-LM's fp32 where the run fits with it (Llama 3 8B on 8 GB200), bf16
-    (what NVIDIA's benchmark scripts set) where only that fits the stated recompute (Llama 3 70B on 64 GB300,
-    recompute none, FSDP with offloading), as the run trained; reported as inferred; a stated value wins."""
-    modern = pd.read_csv(DATA / "modern_runs.csv")
-    ids = ["mbridge-25.11-gb200-llama3-8b-fp8-8", "mbridge-26.02.01-gb300-llama3-70b-mxfp8-64"]
-    rows = modern[modern["id"].isin(ids)].set_index("id").loc[ids].reset_index()
-    plain = read_rows(_write(rows.drop(columns=["grad_reduce_in_fp32"]), tmp_path / "plain.csv"))
-    assert [spec[3].grad_reduce_in_fp32 for spec in plain.specs] == [True, False]
-    assert [spec[3].recompute for spec in plain.specs] == list(rows["recompute"])  # stated: kept
-    assert [r.get("assumed") for r in report(plain, DEFAULT_EFFICIENCY)["rows"]] == [None, {"grad_reduce_in_fp32": 0}]
-    fp32 = [(*spec[:3], dataclasses.replace(spec[3], grad_reduce_in_fp32=True)) for spec in plain.specs]
-    assert evaluate(stack_designs(*zip(*fp32))).feasible.tolist() == [True, False]
-    assert bool(evaluate(stack_designs(*zip(*plain.specs))).feasible.all())
-    stated = read_rows(_write(rows.assign(grad_reduce_in_fp32=1), tmp_path / "stated.csv"))
-    assert [spec[3].grad_reduce_in_fp32 for spec in stated.specs] == [True, True]
-
-
 def test_a_row_whose_source_names_torchtitan_gets_its_attention_kernel_and_tp_plan(tmp_path):
     """framework unstated: "torchtitan" where the source names it, whose SDPA runs FlashAttention-2 on Hopper and
     whose TP plan keeps the gathered inputs (a torchtitan TP row on H100 with both columns dropped predicts what
@@ -286,22 +251,3 @@ def test_a_row_whose_source_names_torchtitan_gets_its_attention_kernel_and_tp_pl
         read_rows(_write(plain.assign(framework="jax"), tmp_path / "bad.csv"))
 
 
-def test_auto_recompute_recomputes_the_fewest_layers_that_fit():
-    """`recompute=auto` goes none, selective, then full on the fewest layers of each stage (Megatron's block
-    method), then all: NeMo 24.07's GPT-3 20B (44 layers, tp 2, pp 1) needs neither all nor none recomputed."""
-    rows = read_rows(str(DATA / "modern_runs.csv"))
-    spec = dict(zip(rows.ids, rows.specs))["nemo-24.07-h100-gpt3-20b-fp8-64"]
-    mapping = spec[3]
-    assert mapping.recompute == "full" and 0 < mapping.recompute_layers < 44
-    lighter = [dataclasses.replace(mapping, recompute="selective", recompute_layers=0),
-               dataclasses.replace(mapping, recompute_layers=mapping.recompute_layers - 1), mapping]
-    result = evaluate(stack_designs([spec[0]] * 3, [spec[1]] * 3, [spec[2]] * 3, lighter))
-    assert result.feasible.tolist() == [False, False, True]
-    # the report says what was inferred: a recompute for every `auto` row, the partial one here
-    out = report(rows, DEFAULT_EFFICIENCY)
-    assumed = {r["id"]: r.get("assumed") for r in out["rows"]}
-    assert assumed["nemo-24.07-h100-gpt3-20b-fp8-64"] == {"recompute": f"full, {mapping.recompute_layers} layers a stage"}
-    assert assumed["mbridge-26.04.01-h100-qwen3-235b-a22b-fp8-256"] == {"recompute": "none"}  # auto, fits as is
-    assert assumed["titan-2412-h100-llama3-8b-fsdp-8"] == {"framework": "torchtitan"}  # its recompute is stated
-    assert assumed["dgxc-v25.04.02-h100-llama3-8b-fp8-8"] == {"recompute": "none"}
-    assert out["summary"]["assumed_rows"] == 139  # the 100 `auto` rows and the 39 torchtitan rows
