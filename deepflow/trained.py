@@ -44,6 +44,24 @@ def _stage_layers(spec: tuple) -> int:
     return -(-spec[2].num_layers // spec[3].pp)
 
 
+def fewest_that_fit(specs: list[tuple], searches: dict[int, tuple[dict, str, int]]) -> dict[int, int | None]:
+    """Per row `i` of `searches` (`(fields, name, most)`): the smallest k in 1..most for which the mapping with
+    `fields` and `name=k` fits device memory, or None; memory falls as k grows (layers recomputed or
+    offloaded), so a bisection: one batch per halving, about log2(most) batches whatever the rows."""
+    def fits(ks: dict[int, int]) -> dict[int, bool]:
+        found = first_fitting(specs, {i: [dict(searches[i][0], **{searches[i][1]: k})] for i, k in ks.items()})
+        return {i: f == 0 for i, f in found.items()}
+
+    top = fits({i: most for i, (_, _, most) in searches.items() if most >= 1})
+    bounds = {i: (1, searches[i][2]) for i, ok in top.items() if ok}  # the answer lies in [lo, hi]
+    while any(lo < hi for lo, hi in bounds.values()):
+        mid = {i: (lo + hi) // 2 for i, (lo, hi) in bounds.items() if lo < hi}
+        for i, ok in fits(mid).items():
+            lo, hi = bounds[i]
+            bounds[i] = (lo, mid[i]) if ok else (mid[i] + 1, hi)
+    return {i: bounds[i][0] if i in bounds else None for i in searches}
+
+
 def lightest_that_fits(specs: list[tuple], auto: set[int], grads_unstated: set[int],
                        offload_unstated: set[int]) -> list[tuple]:
     """`specs` with each row of `auto` (recompute unstated), `grads_unstated` (gradient reduce precision
@@ -70,15 +88,15 @@ def lightest_that_fits(specs: list[tuple], auto: set[int], grads_unstated: set[i
     first = first_fitting(specs, options)
     choice = {i: opts[-1 if first[i] is None else first[i]] if i in auto else opts[first[i] or 0]
               for i, opts in options.items()}
-    # where full recompute fits and nothing lighter does: of k < all layers of the most loaded stage, lightest first
-    partial = {i: [dict(choice[i], recompute_layers=k) for k in range(1, _stage_layers(specs[i]))]
+    # where full recompute fits and nothing lighter does: the fewest layers of the most loaded stage, below all
+    partial = {i: (choice[i], "recompute_layers", _stage_layers(specs[i]) - 1)
                for i in auto if first[i] is not None and choice[i]["recompute"] == "full"}
     # where nothing fits: the fewest offloaded layers, over the lightest recompute with the lightest gradients
-    offload = {i: [dict([o for o in options[i] if o["recompute"] == options[i][0]["recompute"]][-1], offload_layers=k)
-                   for k in range(1, _stage_layers(specs[i]) + 1)] for i in offload_unstated if first[i] is None}
+    offload = {i: ([o for o in options[i] if o["recompute"] == options[i][0]["recompute"]][-1], "offload_layers",
+                   _stage_layers(specs[i])) for i in offload_unstated if first[i] is None}
     for search in (partial, offload):
-        for i, k in first_fitting(specs, {i: o for i, o in search.items() if o}).items():
-            choice[i] = choice[i] if k is None else search[i][k]
+        for i, k in fewest_that_fit(specs, search).items():
+            choice[i] = choice[i] if k is None else dict(search[i][0], **{search[i][1]: k})
     for i, c in choice.items():
         specs[i] = (*specs[i][:3], dataclasses.replace(specs[i][3], **c))
     return specs

@@ -130,9 +130,11 @@ def _stack_defaults(stack: str, accelerator) -> dict:
             "sp_keeps_gathered_input": 1} if stack == "torchtitan" else {}
 
 
-def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None = None) -> tuple:
+def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None = None,
+                     hardware: dict | None = None) -> tuple:
     """`(accelerator, system, model, mapping)` of one row; `unstated` collects the optional columns the CSV leaves
-    out (read as their defaults)."""
+    out (read as their defaults); `hardware` caches the presets already loaded, by name (loading one is most of
+    a row's time)."""
 
     def opt(key: str, default):
         if unstated is not None and key not in row.index:
@@ -141,7 +143,10 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
 
     where = f"row {row['id']}"
     try:
-        accelerator = load_preset("hardware", str(row["gpu"]))
+        hardware = {} if hardware is None else hardware
+        if str(row["gpu"]) not in hardware:
+            hardware[str(row["gpu"])] = load_preset("hardware", str(row["gpu"]))
+        accelerator = dataclasses.replace(hardware[str(row["gpu"])])  # each row its own copy
     except ConfigError as exc:
         raise ConfigError(f"{where}: gpu: {exc}") from None
     if opt("power_limit_w", None) is not None:  # the run's power cap (nvidia-smi -pl)
@@ -254,7 +259,8 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
     rows = tqdm(frame.iterrows(), total=len(frame), unit="row", desc=f"reading {Path(path).name}",
                 file=sys.stderr, disable=len(frame) < LARGE_FILE_ROWS)
     unstated: set[str] = set()
-    specs = [_published_specs(row, flash_attention, unstated) for _, row in rows]
+    hardware: dict = {}
+    specs = [_published_specs(row, flash_attention, unstated, hardware) for _, row in rows]
     stated = {c: frame[c].notna().to_numpy() if c in frame.columns else np.zeros(len(frame), dtype=bool)
               for c in ("etp", "grad_reduce_in_fp32", "offload_layers", "framework")}
     auto = {i for i, r in enumerate(frame["recompute"]) if r == AUTO}
