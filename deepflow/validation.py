@@ -122,12 +122,18 @@ def _named_framework(source) -> str:
     return "torchtitan" if "torchtitan" in str(source).lower() else "megatron"
 
 
-def _stack_defaults(stack: str, accelerator) -> dict:
+def _stack_defaults(stack: str, accelerator, precision: str, fsdp: bool) -> dict:
     """torchtitan: `F.scaled_dot_product_attention`, whose FlashAttention-2 backend runs on Hopper (cuDNN opt-in
     since pytorch/pytorch#138522; torchtitan puts cuDNN first on sm100 only, pytorch/torchtitan#1196; on Ampere
-    FA2 is native), and a TP plan that keeps each column-parallel linear's gathered input (`Replicate()`)."""
-    return {"attention_kernel": "fa2" if generation(accelerator) == "hopper" else "native",
-            "sp_keeps_gathered_input": 1} if stack == "torchtitan" else {}
+    FA2 is native), and a TP plan that keeps each column-parallel linear's gathered input (`Replicate()`).
+    megatron: fp8 primary weights, gathered in fp8 by the distributed optimizer, under per-tensor fp8 without
+    FSDP, as the fp8 recipes of NeMo 2 (v2.0.0 on: `bf16_with_fp8_mixed` fp8_params=True) and Megatron-Bridge
+    (`bf16_with_fp8_current_scaling_mixed`) set them; Megatron-FSDP does not gather fp8 (NeMo
+    scripts/performance/helpers.py `set_mcore_fsdp_configs`)."""
+    if stack == "torchtitan":
+        return {"attention_kernel": "fa2" if generation(accelerator) == "hopper" else "native",
+                "sp_keeps_gathered_input": 1}
+    return {"fp8_param_gather": 1} if precision == "fp8" and not fsdp else {}
 
 
 def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None = None,
@@ -151,7 +157,6 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
         raise ConfigError(f"{where}: gpu: {exc}") from None
     if opt("power_limit_w", None) is not None:  # the run's power cap (nvidia-smi -pl)
         accelerator = dataclasses.replace(accelerator, power_limit_w=float(row["power_limit_w"]))
-    stack = _stack_defaults(framework(row), accelerator)
     system = SystemSpec(name="cluster", num_devices=int(row["num_gpus"]),
                         devices_per_node=int(row["gpus_per_node"]),
                         scale_up_domain=int(opt("scale_up_domain", _platform_domain(row, accelerator))),
@@ -178,6 +183,7 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
                       rope_mscale=float(opt("rope_mscale", 1.0)),
                       linear_bias=bool(int(opt("linear_bias", 0))))
     fsdp = bool(int(opt("fsdp", 0)))
+    stack = _stack_defaults(framework(row), accelerator, str(row["precision"]), fsdp)
     tp, dp, cp, ep = int(row["tp"]), int(row["dp"]), int(opt("cp", 1)), int(opt("ep", 1))
     mapping = MappingSpec(tp=tp, pp=int(row["pp"]), dp=dp, cp=cp, ep=ep, vp=int(opt("vp", 1)),
                           sequence_parallel=bool(int(opt("sequence_parallel", 0))),
@@ -199,7 +205,7 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
                           grad_reduce_in_fp32=bool(int(opt("grad_reduce_in_fp32", 1))),
                           optimizer_state_dtype=str(opt("optimizer_state_dtype", "fp32")),
                           master_params=str(opt("master_params", "fp32")),
-                          fp8_param_gather=bool(int(opt("fp8_param_gather", 0))),
+                          fp8_param_gather=bool(int(opt("fp8_param_gather", stack.get("fp8_param_gather", 0)))),
                           fp8_attention=bool(int(opt("fp8_attention", 0))),
                           fused_expert_mlp=bool(int(opt("fused_expert_mlp", 0))),
                           elementwise=str(opt("elementwise", "fused")),

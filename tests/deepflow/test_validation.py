@@ -232,6 +232,21 @@ def test_a_row_without_stack_columns_gets_the_stacks_overlaps_and_its_platforms_
     assert [spec[1].scale_up_domain for spec in stated.specs] == list(rows["gpus_per_node"])  # 4 on GB200 trays
 
 
+def test_an_unstated_fp8_param_gather_follows_nemo_2_and_megatron_bridge_fp8_recipes(tmp_path):
+    """fp8_param_gather unstated on a Megatron-Core row: on under per-tensor fp8 without FSDP (NeMo 2's and
+    Megatron-Bridge's fp8 recipes keep fp8 primary weights: what every such row of modern_runs.csv states but NeMo
+    24.07's, whose launcher did not), off under Megatron-FSDP and in bf16; a stated 0 wins."""
+    modern = pd.read_csv(DATA / "modern_runs.csv")
+    ids = ["dgxc-v25.04.02-h100-gpt3-175b-fp8-128", "mbridge-25.09-gb200-llama3-70b-fp8-64",
+           "dgxc-v25.04.02-h100-gpt3-175b-bf16-128", "nemo-24.07-h100-gpt3-175b-fp8-128"]
+    rows = modern[modern["id"].isin(ids)].set_index("id").loc[ids].reset_index()
+    assert list(rows["fp8_param_gather"].fillna(-1)) == [1, -1, -1, 0]  # as typed
+    plain = read_rows(_write(rows.drop(columns=["fp8_param_gather"]), tmp_path / "plain.csv"))
+    assert [spec[3].fp8_param_gather for spec in plain.specs] == [True, False, False, True]
+    typed = read_rows(_write(rows, tmp_path / "typed.csv"))
+    assert [spec[3].fp8_param_gather for spec in typed.specs] == [True, False, False, False]
+
+
 def test_a_row_whose_source_names_torchtitan_gets_its_attention_kernel_and_tp_plan(tmp_path):
     """framework unstated: "torchtitan" where the source names it, whose SDPA runs FlashAttention-2 on Hopper and
     whose TP plan keeps the gathered inputs (a torchtitan TP row on H100 with both columns dropped predicts what
