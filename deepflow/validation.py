@@ -37,9 +37,10 @@ VTRAIN_REQUIRED = ("Parameters (billion)", "# GPUs", "global batch", "micro batc
                    "attention heads", "# layers", "sequence length", "tensor parallelism",
                    "data parallelism", "pipeline parallelism", "iteration time (ms)")
 # vTrain's repository states ~800 Gb/s between nodes of 8 A100s (taken as 100 Gb/s per GPU), full
-# activation checkpointing, GPT vocabulary; precision and memory size are not stated.
+# activation checkpointing, GPT vocabulary; precision and memory size are not stated. No sequence
+# parallelism: its simulator prices tensor-parallel traffic as all-reduces (trace/a100/AR_GPU*_LUT).
 VTRAIN_DEFAULTS = {"gpu": "a100-sxm-80gb", "scale_out_gbit_per_gpu": 100.0, "precision": "fp16",
-                   "vocab_size": 51200, "gpus_per_node": 8, "recompute": "full"}
+                   "vocab_size": 51200, "gpus_per_node": 8, "recompute": "full", "sequence_parallel": 0}
 
 
 @dataclass
@@ -186,7 +187,9 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
     stack = _stack_defaults(framework(row), accelerator, str(row["precision"]), fsdp)
     tp, dp, cp, ep = int(row["tp"]), int(row["dp"]), int(opt("cp", 1)), int(opt("ep", 1))
     mapping = MappingSpec(tp=tp, pp=int(row["pp"]), dp=dp, cp=cp, ep=ep, vp=int(opt("vp", 1)),
-                          sequence_parallel=bool(int(opt("sequence_parallel", 0))),
+                          # unstated: on with tp > 1, as NeMo 2 (scripts/performance/helpers.py:476), Megatron-Bridge
+                          # (scripts/performance/utils/overrides.py:478) and torchtitan (enable_sequence_parallel) run
+                          sequence_parallel=bool(int(opt("sequence_parallel", int(tp > 1)))),
                           micro_batch_size=int(row["micro_batch_size"]),
                           global_batch_size=int(row["global_batch_size"]),
                           recompute=("none" if row["recompute"] == AUTO else str(row["recompute"])),
@@ -236,6 +239,7 @@ def _vtrain_row(row: pd.Series) -> dict:
             "scale_out_gbit_per_gpu": v["scale_out_gbit_per_gpu"], "tp": row["tensor parallelism"],
             "pp": row["pipeline parallelism"], "dp": row["data parallelism"], "micro_batch_size": row["micro batch"],
             "global_batch_size": row["global batch"], "recompute": v["recompute"],
+            "sequence_parallel": v["sequence_parallel"],
             "measured_iter_time_s": row["iteration time (ms)"] / 1000.0}
 
 
