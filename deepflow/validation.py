@@ -38,9 +38,11 @@ VTRAIN_REQUIRED = ("Parameters (billion)", "# GPUs", "global batch", "micro batc
                    "data parallelism", "pipeline parallelism", "iteration time (ms)")
 # vTrain's repository states ~800 Gb/s between nodes of 8 A100s (taken as 100 Gb/s per GPU), full
 # activation checkpointing, GPT vocabulary; precision and memory size are not stated. No sequence
-# parallelism: its simulator prices tensor-parallel traffic as all-reduces (trace/a100/AR_GPU*_LUT).
+# parallelism: its simulator prices tensor-parallel traffic as all-reduces (trace/a100/AR_GPU*_LUT); no
+# distributed optimizer: its model steps a plain fused Adam (src/model/fused_adam.py).
 VTRAIN_DEFAULTS = {"gpu": "a100-sxm-80gb", "scale_out_gbit_per_gpu": 100.0, "precision": "fp16",
-                   "vocab_size": 51200, "gpus_per_node": 8, "recompute": "full", "sequence_parallel": 0}
+                   "vocab_size": 51200, "gpus_per_node": 8, "recompute": "full", "sequence_parallel": 0,
+                   "distributed_optimizer": 0}
 
 
 @dataclass
@@ -127,14 +129,17 @@ def _stack_defaults(stack: str, accelerator, precision: str, fsdp: bool) -> dict
     """torchtitan: `F.scaled_dot_product_attention`, whose FlashAttention-2 backend runs on Hopper (cuDNN opt-in
     since pytorch/pytorch#138522; torchtitan puts cuDNN first on sm100 only, pytorch/torchtitan#1196; on Ampere
     FA2 is native), and a TP plan that keeps each column-parallel linear's gathered input (`Replicate()`).
-    megatron: fp8 primary weights, gathered in fp8 by the distributed optimizer, under per-tensor fp8 without
-    FSDP, as the fp8 recipes of NeMo 2 (v2.0.0 on: `bf16_with_fp8_mixed` fp8_params=True) and Megatron-Bridge
-    (`bf16_with_fp8_current_scaling_mixed`) set them; Megatron-FSDP does not gather fp8 (NeMo
-    scripts/performance/helpers.py `set_mcore_fsdp_configs`)."""
+    megatron, without FSDP: the distributed optimizer, and fp8 primary weights gathered in fp8 by it under
+    per-tensor fp8, as the fp8 recipes of NeMo 2 (v2.0.0 on: `bf16_with_fp8_mixed` fp8_params=True) and
+    Megatron-Bridge (`bf16_with_fp8_current_scaling_mixed`) set them; Megatron-FSDP has neither (NeMo
+    scripts/performance/helpers.py `set_mcore_fsdp_configs`: no fp8 param gather)."""
     if stack == "torchtitan":
         return {"attention_kernel": "fa2" if generation(accelerator) == "hopper" else "native",
                 "sp_keeps_gathered_input": 1}
-    return {"fp8_param_gather": 1} if precision == "fp8" and not fsdp else {}
+    if fsdp:
+        return {}
+    # Megatron's distributed optimizer: NeMo 2's and Megatron-Bridge's recipes default use_distributed_optimizer=True
+    return {"distributed_optimizer": 1, **({"fp8_param_gather": 1} if precision == "fp8" else {})}
 
 
 def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None = None,
@@ -185,8 +190,11 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
                       linear_bias=bool(int(opt("linear_bias", 0))))
     fsdp = bool(int(opt("fsdp", 0)))
     stack = _stack_defaults(framework(row), accelerator, str(row["precision"]), fsdp)
-    tp, dp, cp, ep = int(row["tp"]), int(row["dp"]), int(opt("cp", 1)), int(opt("ep", 1))
-    mapping = MappingSpec(tp=tp, pp=int(row["pp"]), dp=dp, cp=cp, ep=ep, vp=int(opt("vp", 1)),
+    tp, pp, dp, ep = int(row["tp"]), int(row["pp"]), int(row["dp"]), int(opt("ep", 1))
+    # context parallelism unstated: what fills the run's GPUs (tp * pp * dp * cp is the device count), else 1
+    filled = int(row["num_gpus"]) // max(tp * pp * dp, 1)
+    cp = int(opt("cp", filled if filled > 1 and filled * tp * pp * dp == int(row["num_gpus"]) else 1))
+    mapping = MappingSpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=int(opt("vp", 1)),
                           # unstated: on with tp > 1, as NeMo 2 (scripts/performance/helpers.py:476), Megatron-Bridge
                           # (scripts/performance/utils/overrides.py:478) and torchtitan (enable_sequence_parallel) run
                           sequence_parallel=bool(int(opt("sequence_parallel", int(tp > 1)))),
@@ -194,7 +202,8 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
                           global_batch_size=int(row["global_batch_size"]),
                           recompute=("none" if row["recompute"] == AUTO else str(row["recompute"])),
                           zero_stage=3 if fsdp else int(opt("zero_stage", 0)), fsdp=fsdp,
-                          distributed_optimizer=bool(int(opt("distributed_optimizer", 0))),
+                          distributed_optimizer=bool(int(opt("distributed_optimizer",
+                                                             stack.get("distributed_optimizer", 0)))),
                           precision=str(row["precision"]),
                           flash_attention=bool(int(opt("flash_attention", int(flash_attention)))),
                           offload_layers=int(opt("offload_layers", 0)),
@@ -239,7 +248,7 @@ def _vtrain_row(row: pd.Series) -> dict:
             "scale_out_gbit_per_gpu": v["scale_out_gbit_per_gpu"], "tp": row["tensor parallelism"],
             "pp": row["pipeline parallelism"], "dp": row["data parallelism"], "micro_batch_size": row["micro batch"],
             "global_batch_size": row["global batch"], "recompute": v["recompute"],
-            "sequence_parallel": v["sequence_parallel"],
+            "sequence_parallel": v["sequence_parallel"], "distributed_optimizer": v["distributed_optimizer"],
             "measured_iter_time_s": row["iteration time (ms)"] / 1000.0}
 
 

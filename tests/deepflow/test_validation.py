@@ -232,19 +232,26 @@ def test_a_row_without_stack_columns_gets_the_stacks_overlaps_and_its_platforms_
     assert [spec[1].scale_up_domain for spec in stated.specs] == list(rows["gpus_per_node"])  # 4 on GB200 trays
 
 
-def test_an_unstated_sequence_parallelism_is_on_with_tensor_parallelism(tmp_path):
-    """sequence_parallel unstated: on where tp > 1, as NeMo 2's, Megatron-Bridge's and torchtitan's runs set it
-    (every tp > 1 row of modern_runs.csv states 1: dropping the column changes no prediction); vTrain's rows,
-    priced with all-reduces by its simulator, keep it off; a stated 0 wins."""
+def test_unstated_mapping_columns_read_as_the_stacks_run_them(tmp_path):
+    """sequence_parallel, distributed_optimizer and cp left out: sequence parallelism on where tp > 1 (NeMo 2's,
+    Megatron-Bridge's and torchtitan's runs), the distributed optimizer on a Megatron-Core row without FSDP (their
+    recipes' default), and the context parallelism that fills the run's GPUs; every row of modern_runs.csv states
+    them so, and dropping the three columns changes no mapping. vTrain's rows, priced with all-reduces and a
+    plain Adam by its simulator, keep both off; a stated value wins."""
     modern = pd.read_csv(DATA / "modern_runs.csv")
     typed = read_rows(str(DATA / "modern_runs.csv"))
-    plain = read_rows(_write(modern.drop(columns=["sequence_parallel"]), tmp_path / "plain.csv"))
+    plain = read_rows(_write(modern.drop(columns=["sequence_parallel", "distributed_optimizer", "cp"]),
+                             tmp_path / "plain.csv"))
     assert [s[3].sequence_parallel for s in plain.specs] == list(modern["tp"] > 1)
+    assert [s[3].cp for s in plain.specs] == list(modern["cp"]) and max(modern["cp"]) > 1
     assert [s[3] for s in plain.specs] == [s[3] for s in typed.specs]
-    assert not any(s[3].sequence_parallel for s in read_rows(str(DATA / "vtrain_ground_truth_multi.csv")).specs)
+    vtrain = read_rows(str(DATA / "vtrain_ground_truth_multi.csv")).specs
+    assert not any(s[3].sequence_parallel or s[3].distributed_optimizer for s in vtrain)
     tensor_parallel = modern[modern["tp"] > 1].head(3)
-    stated = read_rows(_write(tensor_parallel.assign(sequence_parallel=0), tmp_path / "stated.csv"))
-    assert len(stated.ids) == 3 and not any(s[3].sequence_parallel for s in stated.specs)
+    stated = read_rows(_write(tensor_parallel.assign(sequence_parallel=0, distributed_optimizer=0),
+                              tmp_path / "stated.csv"))
+    assert len(stated.ids) == 3 and not any(s[3].sequence_parallel or s[3].distributed_optimizer
+                                            for s in stated.specs)
 
 
 def test_an_unstated_fp8_param_gather_follows_nemo_2_and_megatron_bridge_fp8_recipes(tmp_path):
