@@ -26,7 +26,7 @@ import pandas as pd
 from analytical import Efficiency, SystemSpec, evaluate, stack_designs
 from analytical.specs import MappingSpec, ModelSpec
 from analytical.stack import OVERLAP_KINDS
-from deepflow.presets import ConfigError, load_preset
+from deepflow.presets import ConfigError, available, load_preset, preset_dict
 from deepflow.trained import AUTO, assumed, lightest_that_fits, trained_etp
 
 GIB = 2.0 ** 30
@@ -142,11 +142,23 @@ def _stack_defaults(stack: str, accelerator, precision: str, fsdp: bool) -> dict
     return {"distributed_optimizer": 1, **({"fp8_param_gather": 1} if precision == "fp8" else {})}
 
 
+def _named_model(row: pd.Series, presets: dict) -> dict:
+    """The fields of the model preset (conf/model) the row's `model` names, where the row's layers, width and
+    heads are the preset's (else none): what the row's empty architecture columns default to."""
+    name = str(_opt(row, "model", ""))
+    if ("model", name) not in presets:
+        presets["model", name] = preset_dict("model", name) if name in available("model") else {}
+    arch = presets["model", name]
+    shape = ("num_layers", "hidden_size", "num_heads")
+    return arch if arch and all(int(arch.get(k, -1)) == int(row[k]) for k in shape) else {}
+
+
 def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None = None,
-                     hardware: dict | None = None) -> tuple:
+                     presets: dict | None = None) -> tuple:
     """`(accelerator, system, model, mapping)` of one row; `unstated` collects the optional columns the CSV leaves
-    out (read as their defaults); `hardware` caches the presets already loaded, by name (loading one is most of
-    a row's time)."""
+    out (read as their defaults); `presets` caches the presets already loaded, by (group, name) (loading one is
+    most of a row's time)."""
+    presets = {} if presets is None else presets
 
     def opt(key: str, default):
         if unstated is not None and key not in row.index:
@@ -155,10 +167,9 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
 
     where = f"row {row['id']}"
     try:
-        hardware = {} if hardware is None else hardware
-        if str(row["gpu"]) not in hardware:
-            hardware[str(row["gpu"])] = load_preset("hardware", str(row["gpu"]))
-        accelerator = dataclasses.replace(hardware[str(row["gpu"])])  # each row its own copy
+        if ("hardware", str(row["gpu"])) not in presets:
+            presets["hardware", str(row["gpu"])] = load_preset("hardware", str(row["gpu"]))
+        accelerator = dataclasses.replace(presets["hardware", str(row["gpu"])])  # each row its own copy
     except ConfigError as exc:
         raise ConfigError(f"{where}: gpu: {exc}") from None
     if opt("power_limit_w", None) is not None:  # the run's power cap (nvidia-smi -pl)
@@ -169,25 +180,28 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
                         scale_out_gbit_per_device=float(opt("scale_out_gbit_per_gpu",
                                                              accelerator.scale_out_gbit_per_s)))
     heads = int(row["num_heads"])
+    preset = _named_model(row, presets)
+
+    def arch(key: str, default):  # an architecture column: the row's, else the named preset's, else `default`
+        value = opt(key, preset.get(key))
+        return default if value is None else value
+
     model = ModelSpec(name=str(opt("model", "model")), num_layers=int(row["num_layers"]),
                       hidden_size=int(row["hidden_size"]), num_heads=heads,
-                      num_kv_heads=int(opt("num_kv_heads", heads)),
-                      head_dim=(None if opt("head_dim", None) is None else int(row["head_dim"])),
-                      v_head_dim=(None if opt("v_head_dim", None) is None else int(row["v_head_dim"])),
-                      **{k: int(opt(k, 0)) for k in ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim")},
-                      ffn_hidden_size=int(opt("ffn_hidden_size", 4 * int(row["hidden_size"]))),
-                      ffn_type=str(opt("ffn_type", "gelu")), vocab_size=int(row["vocab_size"]),
-                      seq_length=int(row["seq_length"]), num_experts=int(opt("num_experts", 1)),
-                      top_k=int(opt("top_k", 1)),
-                      moe_ffn_hidden_size=(None if opt("moe_ffn_hidden_size", None) is None
-                                           else int(row["moe_ffn_hidden_size"])),
-                      num_shared_experts=int(opt("num_shared_experts", 0)),
-                      moe_router_num_groups=int(opt("moe_router_num_groups", 1)),
-                      moe_router_group_topk=int(opt("moe_router_group_topk", 1)),
-                      **{k: int(opt(k, 0)) for k in ("window_size", "window_attn_skip_freq")},
-                      activation_clamp=float(opt("activation_clamp", 0.0)),
-                      rope_mscale=float(opt("rope_mscale", 1.0)),
-                      linear_bias=bool(int(opt("linear_bias", 0))))
+                      num_kv_heads=int(arch("num_kv_heads", heads)),
+                      **{k: (None if arch(k, None) is None else int(arch(k, None)))
+                         for k in ("head_dim", "v_head_dim", "moe_ffn_hidden_size")},
+                      **{k: int(arch(k, 0)) for k in ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim")},
+                      ffn_hidden_size=int(arch("ffn_hidden_size", 4 * int(row["hidden_size"]))),
+                      ffn_type=str(arch("ffn_type", "gelu")), vocab_size=int(row["vocab_size"]),
+                      seq_length=int(row["seq_length"]), num_experts=int(arch("num_experts", 1)),
+                      top_k=int(arch("top_k", 1)), num_shared_experts=int(arch("num_shared_experts", 0)),
+                      moe_router_num_groups=int(arch("moe_router_num_groups", 1)),
+                      moe_router_group_topk=int(arch("moe_router_group_topk", 1)),
+                      **{k: int(arch(k, 0)) for k in ("window_size", "window_attn_skip_freq")},
+                      activation_clamp=float(arch("activation_clamp", 0.0)),
+                      rope_mscale=float(arch("rope_mscale", 1.0)),
+                      linear_bias=bool(int(arch("linear_bias", 0))))
     fsdp = bool(int(opt("fsdp", 0)))
     stack = _stack_defaults(framework(row), accelerator, str(row["precision"]), fsdp)
     tp, pp, dp, ep = int(row["tp"]), int(row["pp"]), int(row["dp"]), int(opt("ep", 1))
@@ -278,8 +292,8 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
     rows = tqdm(frame.iterrows(), total=len(frame), unit="row", desc=f"reading {Path(path).name}",
                 file=sys.stderr, disable=len(frame) < LARGE_FILE_ROWS)
     unstated: set[str] = set()
-    hardware: dict = {}
-    specs = [_published_specs(row, flash_attention, unstated, hardware) for _, row in rows]
+    presets: dict = {}
+    specs = [_published_specs(row, flash_attention, unstated, presets) for _, row in rows]
     stated = {c: frame[c].notna().to_numpy() if c in frame.columns else np.zeros(len(frame), dtype=bool)
               for c in ("etp", "grad_reduce_in_fp32", "offload_layers", "framework")}
     auto = {i for i, r in enumerate(frame["recompute"]) if r == AUTO}

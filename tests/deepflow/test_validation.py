@@ -254,6 +254,34 @@ def test_unstated_mapping_columns_read_as_the_stacks_run_them(tmp_path):
                                             for s in stated.specs)
 
 
+ARCHITECTURE_COLUMNS = ("num_kv_heads", "head_dim", "v_head_dim", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
+                        "ffn_hidden_size", "ffn_type", "num_experts", "top_k", "moe_ffn_hidden_size",
+                        "num_shared_experts", "moe_router_num_groups", "moe_router_group_topk", "window_size",
+                        "window_attn_skip_freq", "activation_clamp", "rope_mscale", "linear_bias")
+
+
+def test_empty_architecture_columns_come_from_the_model_preset_the_row_names(tmp_path):
+    """A row naming a model preset (conf/model) with the preset's layers, width and heads reads its empty
+    architecture columns from it: DeepSeek-V3 keeps its latent attention, 256 experts and node-limited routing,
+    Llama 3 70B its grouped-query attention, as typed; a row whose shape differs from the preset's keeps the
+    plain defaults; a stated value wins."""
+    modern = pd.read_csv(DATA / "modern_runs.csv")
+    ids = ["mbridge-26.04-b300-deepseek-v3-mxfp8-256", "mbridge-25.11-h100-llama3-70b-fp8-64"]
+    rows = modern[modern["id"].isin(ids)].set_index("id").loc[ids].reset_index()
+    plain = read_rows(_write(rows.drop(columns=list(ARCHITECTURE_COLUMNS)), tmp_path / "plain.csv"))
+    typed = read_rows(_write(rows, tmp_path / "typed.csv"))
+    assert [s[2] for s in plain.specs] == [s[2] for s in typed.specs]
+    deepseek = plain.specs[0][2]
+    assert (deepseek.kv_lora_rank, deepseek.num_experts, deepseek.moe_router_num_groups) == (512, 256, 8)
+    assert plain.specs[1][2].num_kv_heads == 8
+    other = read_rows(_write(rows.drop(columns=list(ARCHITECTURE_COLUMNS)).assign(num_layers=[60, 79]),
+                             tmp_path / "other.csv"))
+    assert [(s[2].num_experts, s[2].kv_heads) for s in other.specs] == [(1, 128), (1, 64)]
+    stated = read_rows(_write(rows.drop(columns=list(ARCHITECTURE_COLUMNS)).assign(rope_mscale=1.5),
+                              tmp_path / "stated.csv"))
+    assert [(s[2].rope_mscale, s[2].num_experts) for s in stated.specs] == [(1.5, 256), (1.5, 1)]
+
+
 def test_an_unstated_fp8_param_gather_follows_nemo_2_and_megatron_bridge_fp8_recipes(tmp_path):
     """fp8_param_gather unstated on a Megatron-Core row: on under per-tensor fp8 without FSDP (NeMo 2's and
     Megatron-Bridge's fp8 recipes keep fp8 primary weights: what every such row of modern_runs.csv states but NeMo
