@@ -186,11 +186,14 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
         value = opt(key, preset.get(key))
         return default if value is None else value
 
+    def width(key: str) -> int | None:  # an optional width: None where neither the row nor the preset gives one
+        value = arch(key, None)
+        return None if value is None else int(value)
+
     model = ModelSpec(name=str(opt("model", "model")), num_layers=int(row["num_layers"]),
                       hidden_size=int(row["hidden_size"]), num_heads=heads,
                       num_kv_heads=int(arch("num_kv_heads", heads)),
-                      **{k: (None if arch(k, None) is None else int(arch(k, None)))
-                         for k in ("head_dim", "v_head_dim", "moe_ffn_hidden_size")},
+                      **{k: width(k) for k in ("head_dim", "v_head_dim", "moe_ffn_hidden_size")},
                       **{k: int(arch(k, 0)) for k in ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim")},
                       ffn_hidden_size=int(arch("ffn_hidden_size", 4 * int(row["hidden_size"]))),
                       ffn_type=str(arch("ffn_type", "gelu")), vocab_size=int(row["vocab_size"]),

@@ -26,10 +26,9 @@ def group_keys(value) -> tuple[str, ...]:
 
 def cmd_validate(overrides: list[str]) -> int:
     from analytical import DEFAULT_EFFICIENCY
-    from deepflow.calibration import calibration_from_config, predict_calibrated
+    from deepflow.calibration import calibration_from_config, fit_efficiency, predict_calibrated
     from deepflow.config import compose_config, option
     from deepflow.report import validation_table
-    from deepflow.calibration import fit_efficiency
     from deepflow.validation import read_rows, report
 
     cfg = compose_config(overrides)

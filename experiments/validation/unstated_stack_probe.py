@@ -7,9 +7,9 @@ columns modern_runs.csv adds beyond those (overlap flags, the MoE dispatcher, CU
 attention kernel, the optimizer's precision, ...) come from reading each release's recipes, which a user
 with a new table has not done. This probe drops those stack columns from modern_runs.csv and validates what
 is left, so the reader's defaults (`deepflow.validation`: the stack's overlaps, the platform's NVLink domain,
-the kernels of the framework a source names, what the run having trained implies) do the typing. It prints the error with every column typed and with the stack left unstated, by source
-family; `--ablate` adds each stack column back alone and prints the error it buys. A column's absence is
-read exactly as an empty cell.
+the kernels of the framework a source names, what the run having trained implies) do the typing. It prints
+the error with every column typed and with the stack left unstated, by source family; `--ablate` adds each
+stack column back alone and prints the error it buys. A column's absence is read exactly as an empty cell.
 """
 
 from __future__ import annotations
