@@ -110,6 +110,8 @@ def _platform_domain(row: pd.Series, accelerator) -> int:
 
 # the software stacks a row can name (`framework`), and the defaults each gives an unstated stack column
 FRAMEWORKS = ("megatron", "torchtitan")
+# the training precisions whose GEMMs run in an 8- or 4-bit format (`analytical.step.workload.is_narrow`)
+NARROW_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
 
 
 def framework(row: pd.Series) -> str:
@@ -129,17 +131,21 @@ def _stack_defaults(stack: str, accelerator, precision: str, fsdp: bool) -> dict
     """torchtitan: `F.scaled_dot_product_attention`, whose FlashAttention-2 backend runs on Hopper (cuDNN opt-in
     since pytorch/pytorch#138522; torchtitan puts cuDNN first on sm100 only, pytorch/torchtitan#1196; on Ampere
     FA2 is native), and a TP plan that keeps each column-parallel linear's gathered input (`Replicate()`).
-    megatron, without FSDP: the distributed optimizer, and fp8 primary weights gathered in fp8 by it under
-    per-tensor fp8, as the fp8 recipes of NeMo 2 (v2.0.0 on: `bf16_with_fp8_mixed` fp8_params=True) and
+    megatron, in an 8- or 4-bit format (fp8, mxfp8, nvfp4): gradients reduced in bf16, as NVIDIA's benchmark
+    scripts set them for every such recipe (NeMo @8cfedd7203 scripts/performance/helpers.py
+    `set_precision_configs`: False with fp8; Megatron-Bridge @067f987df perf_recipes/_common.py `_perf_precision`:
+    always False). megatron, without FSDP: the distributed optimizer, and fp8 primary weights gathered in fp8 by it
+    under per-tensor fp8, as the fp8 recipes of NeMo 2 (v2.0.0 on: `bf16_with_fp8_mixed` fp8_params=True) and
     Megatron-Bridge (`bf16_with_fp8_current_scaling_mixed`) set them; Megatron-FSDP has neither (NeMo
     scripts/performance/helpers.py `set_mcore_fsdp_configs`: no fp8 param gather)."""
     if stack == "torchtitan":
         return {"attention_kernel": "fa2" if generation(accelerator) == "hopper" else "native",
                 "sp_keeps_gathered_input": 1}
+    grads = {"grad_reduce_in_fp32": 0} if precision in NARROW_PRECISIONS else {}
     if fsdp:
-        return {}
+        return grads
     # Megatron's distributed optimizer: NeMo 2's and Megatron-Bridge's recipes default use_distributed_optimizer=True
-    return {"distributed_optimizer": 1, **({"fp8_param_gather": 1} if precision == "fp8" else {})}
+    return {"distributed_optimizer": 1, **grads, **({"fp8_param_gather": 1} if precision == "fp8" else {})}
 
 
 def _named_model(row: pd.Series, presets: dict) -> dict:
@@ -231,7 +237,8 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
                           cuda_graph=str(opt("cuda_graph", "none")),
                           fused_cross_entropy=bool(int(opt("fused_cross_entropy", 1))),
                           recompute_layers=int(opt("recompute_layers", 0)),
-                          grad_reduce_in_fp32=bool(int(opt("grad_reduce_in_fp32", 1))),
+                          grad_reduce_in_fp32=bool(int(opt("grad_reduce_in_fp32",
+                                                           stack.get("grad_reduce_in_fp32", 1)))),
                           optimizer_state_dtype=str(opt("optimizer_state_dtype", "fp32")),
                           master_params=str(opt("master_params", "fp32")),
                           fp8_param_gather=bool(int(opt("fp8_param_gather", stack.get("fp8_param_gather", 0)))),
@@ -300,9 +307,10 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
     stated = {c: frame[c].notna().to_numpy() if c in frame.columns else np.zeros(len(frame), dtype=bool)
               for c in ("etp", "grad_reduce_in_fp32", "offload_layers", "framework")}
     auto = {i for i, r in enumerate(frame["recompute"]) if r == AUTO}
-    # an unstated gradient precision, where it matters: bf16 or narrower (`analytical.step.param_bytes`)
-    grads = {i for i, spec in enumerate(specs)
-             if not stated["grad_reduce_in_fp32"][i] and spec[3].precision not in ("fp32", "tf32", "fp16")}
+    # an unstated gradient precision, where it matters (bf16 or narrower: `analytical.step.param_bytes`) and the
+    # row's stack leaves it at fp32 (`_stack_defaults`: a Megatron-Core row in fp8 / mxfp8 / nvfp4 reduces in bf16)
+    grads = {i for i, spec in enumerate(specs) if not stated["grad_reduce_in_fp32"][i]
+             and spec[3].grad_reduce_in_fp32 and spec[3].precision not in ("fp32", "tf32", "fp16")}
     offload = set(np.flatnonzero(~stated["offload_layers"]).tolist())
     specs = lightest_that_fits(specs, auto, grads, offload)
     named = [_named_framework(s) for s in (frame["source"] if "source" in frame.columns else [""] * len(frame))]

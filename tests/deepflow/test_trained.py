@@ -37,21 +37,39 @@ def test_a_moe_row_without_etp_gets_the_expert_grid_it_trained_with(tmp_path):
 
 
 def test_an_unstated_gradient_precision_is_fp32_unless_only_bf16_fits(tmp_path):
-    """grad_reduce_in_fp32 unstated: Megatron-LM's fp32 where the run fits with it (Llama 3 8B on 8 GB200), bf16
-    (what NVIDIA's benchmark scripts set) where only that fits the stated recompute (Llama 3 70B on 64 GB300,
-    recompute none, FSDP with offloading), as the run trained; reported as inferred; a stated value wins."""
+    """grad_reduce_in_fp32 unstated on a bf16 Megatron-Core row: Megatron-LM's fp32 where the run fits with it
+    (Llama 3 8B on 8 H100), bf16 (what NVIDIA's benchmark scripts set) where only that fits the stated recompute
+    (gpt-oss-120b on 64 B200, micro-batch 4 with recompute none), as the run trained; reported as inferred; a
+    stated value wins."""
     modern = pd.read_csv(DATA / "modern_runs.csv")
-    ids = ["mbridge-25.11-gb200-llama3-8b-fp8-8", "mbridge-26.02.01-gb300-llama3-70b-mxfp8-64"]
-    rows = modern[modern["id"].isin(ids)].set_index("id").loc[ids].reset_index()
+    ids = ["dgxc-v25.04.02-h100-llama3-8b-bf16-8", "mbridge-25.11-b200-gpt-oss-120b-bf16-64"]
+    rows = modern[modern["id"].isin(ids)].set_index("id").loc[ids].reset_index().assign(recompute="none")
     plain = read_rows(_write(rows.drop(columns=["grad_reduce_in_fp32"]), tmp_path / "plain.csv"))
     assert [spec[3].grad_reduce_in_fp32 for spec in plain.specs] == [True, False]
-    assert [spec[3].recompute for spec in plain.specs] == list(rows["recompute"])  # stated: kept
+    assert [spec[3].recompute for spec in plain.specs] == ["none", "none"]  # stated: kept
     assert [r.get("assumed") for r in report(plain, DEFAULT_EFFICIENCY)["rows"]] == [None, {"grad_reduce_in_fp32": 0}]
     fp32 = [(*spec[:3], dataclasses.replace(spec[3], grad_reduce_in_fp32=True)) for spec in plain.specs]
     assert evaluate(stack_designs(*zip(*fp32))).feasible.tolist() == [True, False]
     assert bool(evaluate(stack_designs(*zip(*plain.specs))).feasible.all())
     stated = read_rows(_write(rows.assign(grad_reduce_in_fp32=1), tmp_path / "stated.csv"))
     assert [spec[3].grad_reduce_in_fp32 for spec in stated.specs] == [True, True]
+
+
+def test_an_unstated_gradient_precision_under_a_narrow_format_follows_the_stack(tmp_path):
+    """grad_reduce_in_fp32 unstated in fp8 / mxfp8 / nvfp4: bf16 on a Megatron-Core row, FSDP or not, where it
+    would fit in fp32 too (Llama 3 8B on 8 GB200; NeMo 25.04's Megatron-FSDP Llama 3 70B FP8 on 64 GB200), the
+    stack's setting (NeMo 2's and Megatron-Bridge's benchmark scripts), not an inference (nothing under
+    `assumed`); fp32 on a torchtitan row (FSDP2's only reduce dtype)."""
+    modern = pd.read_csv(DATA / "modern_runs.csv")
+    ids = ["mbridge-25.11-gb200-llama3-8b-fp8-8", "nemo-25.04-gb200-llama3-70b-fp8-64",
+           "titan-2412-h100-llama3-8b-fsdp-compile-fp8-8"]
+    rows = modern[modern["id"].isin(ids)].set_index("id").loc[ids].reset_index()
+    assert list(rows["fsdp"]) == [0, 1, 1] and list(rows["grad_reduce_in_fp32"]) == [0, 0, 1]  # as they ran
+    plain = read_rows(_write(rows.drop(columns=["grad_reduce_in_fp32"]), tmp_path / "plain.csv"))
+    assert [spec[3].grad_reduce_in_fp32 for spec in plain.specs] == [False, False, True]
+    assert all("grad_reduce_in_fp32" not in r.get("assumed", {}) for r in report(plain, DEFAULT_EFFICIENCY)["rows"])
+    fp32 = [(*spec[:3], dataclasses.replace(spec[3], grad_reduce_in_fp32=True)) for spec in plain.specs]
+    assert bool(evaluate(stack_designs(*zip(*fp32))).feasible.all())  # a default, not a fit
 
 
 def test_a_row_that_fits_only_with_offloading_offloads_the_fewest_layers(tmp_path):
