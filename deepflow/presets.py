@@ -37,9 +37,14 @@ def available(group: str) -> list[str]:
 
 
 def preset_dict(group: str, name: str) -> dict[str, Any]:
+    """A preset's fields by name; a name that differs from one preset's only in case (`GB200`, `H200-SXM-141GB`, as
+    a table spells it) is that preset."""
     path = CONF_DIR / group / f"{name}.yaml"
     if not path.is_file():
-        raise ConfigError(f"{group}={name!r} is not a known preset: allowed {', '.join(available(group))}")
+        same = [p for p in available(group) if p.lower() == str(name).lower()]
+        if len(same) != 1:
+            raise ConfigError(f"{group}={name!r} is not a known preset: allowed {', '.join(available(group))}")
+        path = CONF_DIR / group / f"{same[0]}.yaml"
     return OmegaConf.to_container(OmegaConf.load(path), resolve=True)
 
 
