@@ -36,6 +36,9 @@ PUBLISHED_REQUIRED = ("id", "num_layers", "hidden_size", "num_heads", "vocab_siz
 VTRAIN_REQUIRED = ("Parameters (billion)", "# GPUs", "global batch", "micro batch", "hidden size",
                    "attention heads", "# layers", "sequence length", "tensor parallelism",
                    "data parallelism", "pipeline parallelism", "iteration time (ms)")
+# the columns whose values are names (read case aside; the allowed values are lower case)
+CHOICE_COLUMNS = {"precision", "recompute", "ffn_type", "ep_dispatcher", "cuda_graph", "elementwise",
+                  "attention_kernel", "framework", "optimizer_state_dtype", "master_params"}
 # vTrain's repository states ~800 Gb/s between nodes of 8 A100s (taken as 100 Gb/s per GPU), full
 # activation checkpointing, GPT vocabulary; precision and memory size are not stated. No sequence
 # parallelism: its simulator prices tensor-parallel traffic as all-reduces (trace/a100/AR_GPU*_LUT); no
@@ -292,6 +295,8 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
     vtrain = is_vtrain(frame)
     if vtrain:
         frame = pd.DataFrame([_vtrain_row(r) for _, r in frame.iterrows()])
+    for column in CHOICE_COLUMNS.intersection(frame.columns):  # a table's spelling: `FP8`, ` Selective`
+        frame[column] = frame[column].map(lambda v: v.strip().lower() if isinstance(v, str) else v)
     missing = [c for c in PUBLISHED_REQUIRED if c not in frame.columns]
     if missing:
         raise ConfigError(f"data={path!r}: missing columns {', '.join(missing)} (the schema is in "

@@ -130,13 +130,18 @@ def test_unseen_gpu_and_fp8_rows_are_predicted(tmp_path):
     assert 0 < fp8 < bf16
 
 
-def test_a_gpu_spelled_in_another_case_is_its_preset(tmp_path):
-    """A table's spelling of a preset's name (`H100-SXM-80GB`) reads as the preset; the row predicts as typed."""
+def test_names_spelled_in_another_case_are_read_as_theirs(tmp_path):
+    """A table's spelling of a preset's name (`H100-SXM-80GB`) reads as the preset, and of a precision, a recompute or
+    an MLP (` BF16`, `Selective`, `GELU`) as the allowed value."""
     frame = pd.read_csv(DATA / "published_runs.csv").head(1)
     _write(frame.assign(gpu="h100-sxm-80gb"), tmp_path / "lower.csv")
     _write(frame.assign(gpu="H100-SXM-80GB"), tmp_path / "upper.csv")
     lower, upper = (read_rows(str(tmp_path / f"{n}.csv")) for n in ("lower", "upper"))
     assert upper.specs[0][0].name == "h100-sxm-80gb" and upper.specs == lower.specs
+    _write(frame.assign(gpu="h100-sxm-80gb", precision=" BF16", recompute="Selective", ffn_type="GELU"),
+           tmp_path / "names.csv")
+    named = read_rows(str(tmp_path / "names.csv")).specs[0]
+    assert (named[3].precision, named[3].recompute, named[2].ffn_type) == ("bf16", "selective", "gelu")
 
 
 def test_unknown_gpu_and_missing_column_name_the_problem(tmp_path):
