@@ -39,6 +39,10 @@ VTRAIN_REQUIRED = ("Parameters (billion)", "# GPUs", "global batch", "micro batc
 # the columns whose values are names (read case aside; the allowed values are lower case)
 CHOICE_COLUMNS = {"precision", "recompute", "ffn_type", "ep_dispatcher", "cuda_graph", "elementwise",
                   "attention_kernel", "framework", "optimizer_state_dtype", "master_params"}
+# a precision as NVIDIA's tables and scripts spell it: Megatron-Bridge's performance summaries' "FP8-CS" (per-tensor
+# fp8, current scaling) and "FP8-MX" (MXFP8), their perf scripts' `fp8_cs`, `fp8_mx` and `fp8_ds` (delayed scaling)
+PRECISION_SPELLINGS = {"fp8-cs": "fp8", "fp8_cs": "fp8", "fp8-ds": "fp8", "fp8_ds": "fp8",
+                       "fp8-mx": "mxfp8", "fp8_mx": "mxfp8"}
 # vTrain's repository states ~800 Gb/s between nodes of 8 A100s (taken as 100 Gb/s per GPU), full
 # activation checkpointing, GPT vocabulary; precision and memory size are not stated. No sequence
 # parallelism: its simulator prices tensor-parallel traffic as all-reduces (trace/a100/AR_GPU*_LUT); no
@@ -297,6 +301,8 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
         frame = pd.DataFrame([_vtrain_row(r) for _, r in frame.iterrows()])
     for column in CHOICE_COLUMNS.intersection(frame.columns):  # a table's spelling: `FP8`, ` Selective`
         frame[column] = frame[column].map(lambda v: v.strip().lower() if isinstance(v, str) else v)
+    if "precision" in frame.columns:
+        frame["precision"] = frame["precision"].map(lambda v: PRECISION_SPELLINGS.get(v, v))
     missing = [c for c in PUBLISHED_REQUIRED if c not in frame.columns]
     if missing:
         raise ConfigError(f"data={path!r}: missing columns {', '.join(missing)} (the schema is in "

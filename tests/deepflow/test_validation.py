@@ -132,7 +132,8 @@ def test_unseen_gpu_and_fp8_rows_are_predicted(tmp_path):
 
 def test_names_spelled_in_another_case_are_read_as_theirs(tmp_path):
     """A table's spelling of a preset's name (`H100-SXM-80GB`) reads as the preset, and of a precision, a recompute or
-    an MLP (` BF16`, `Selective`, `GELU`) as the allowed value."""
+    an MLP (` BF16`, `Selective`, `GELU`) as the allowed value; NVIDIA's precision names (FP8-CS, fp8_ds, FP8-MX)
+    as the precisions they are."""
     frame = pd.read_csv(DATA / "published_runs.csv").head(1)
     _write(frame.assign(gpu="h100-sxm-80gb"), tmp_path / "lower.csv")
     _write(frame.assign(gpu="H100-SXM-80GB"), tmp_path / "upper.csv")
@@ -142,6 +143,9 @@ def test_names_spelled_in_another_case_are_read_as_theirs(tmp_path):
            tmp_path / "names.csv")
     named = read_rows(str(tmp_path / "names.csv")).specs[0]
     assert (named[3].precision, named[3].recompute, named[2].ffn_type) == ("bf16", "selective", "gelu")
+    tables = frame.loc[frame.index.repeat(3)].assign(gpu="b200", precision=["FP8-CS", "fp8_ds", "FP8-MX"])
+    assert [spec[3].precision for spec in read_rows(_write(tables, tmp_path / "tables.csv")).specs] == [
+        "fp8", "fp8", "mxfp8"]
 
 
 def test_unknown_gpu_and_missing_column_name_the_problem(tmp_path):
