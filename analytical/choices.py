@@ -9,6 +9,12 @@ from __future__ import annotations
 from analytical.cnns import CNN_ARCHS  # noqa: F401  (the cnn model kind's networks, a choice like these)
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4")
+# the precisions whose GEMMs run in an 8- or 4-bit format with 16-bit activations between them (Transformer Engine's
+# recipes; `analytical.step.workload.is_narrow`: every code from fp8's on)
+NARROW_PRECISIONS = PRECISIONS[PRECISIONS.index("fp8"):]
+# the precisions under which the gradients' dtype is a choice (`MappingSpec.grad_reduce_in_fp32`): fp32 main
+# gradients or the bf16 parameter dtype (`analytical.step.param_bytes.grad_bytes_per_param`)
+GRAD_DTYPE_PRECISIONS = ("bf16", *NARROW_PRECISIONS)
 # Tensor-core number formats with a peak rate of their own; a training precision runs its GEMMs at the peak of its
 # format: mxfp8 (OCP microscaling, 32-element blocks with an e8m0 scale) at fp8's, nvfp4 (16-element blocks with an
 # e4m3 scale) at fp4's (NVIDIA Blackwell architecture brief, 2024).

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from analytical import Efficiency, SystemSpec, evaluate, stack_designs
+from analytical.choices import GRAD_DTYPE_PRECISIONS, NARROW_PRECISIONS
 from analytical.specs import MappingSpec, ModelSpec
 from analytical.stack import OVERLAP_KINDS
 from deepflow.presets import ConfigError, available, load_preset, preset_dict
@@ -117,8 +118,6 @@ def _platform_domain(row: pd.Series, accelerator) -> int:
 
 # the software stacks a row can name (`framework`), and the defaults each gives an unstated stack column
 FRAMEWORKS = ("megatron", "torchtitan")
-# the training precisions whose GEMMs run in an 8- or 4-bit format (`analytical.step.workload.is_narrow`)
-NARROW_PRECISIONS = ("fp8", "mxfp8", "nvfp4")
 
 
 def framework(row: pd.Series) -> str:
@@ -321,7 +320,7 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
     # an unstated gradient precision, where it matters (bf16 or narrower: `analytical.step.param_bytes`) and the
     # row's stack leaves it at fp32 (`_stack_defaults`: a Megatron-Core row in fp8 / mxfp8 / nvfp4 reduces in bf16)
     grads = {i for i, spec in enumerate(specs) if not stated["grad_reduce_in_fp32"][i]
-             and spec[3].grad_reduce_in_fp32 and spec[3].precision not in ("fp32", "tf32", "fp16")}
+             and spec[3].grad_reduce_in_fp32 and spec[3].precision in GRAD_DTYPE_PRECISIONS}
     offload = set(np.flatnonzero(~stated["offload_layers"]).tolist())
     specs = lightest_that_fits(specs, auto, grads, offload)
     named = [_named_framework(s) for s in (frame["source"] if "source" in frame.columns else [""] * len(frame))]
