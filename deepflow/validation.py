@@ -287,6 +287,35 @@ def is_vtrain(frame: pd.DataFrame) -> bool:
 
 
 LARGE_FILE_ROWS = 10_000  # a CSV this long shows a progress bar while it is read
+TOKENS_COLUMN = "measured_tokens_per_s_per_gpu"
+
+
+def check_measured(frame: pd.DataFrame, path: str, column: str, unit: str) -> np.ndarray:
+    """`frame[column]` as floats; a cell that is not a positive number is a ConfigError naming the row."""
+    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+    for i, (raw, value) in enumerate(zip(frame[column], values)):
+        if not (np.isfinite(value) and value > 0):
+            row = f"row {frame['id'].iloc[i]}" if "id" in frame.columns else f"line {i + 2}"
+            more = f", or an empty cell with a positive {TOKENS_COLUMN}" if column == "measured_iter_time_s" else ""
+            raise ConfigError(f"data={path!r}: {row}: {column} = {raw!r} is invalid: allowed a positive number "
+                              f"({unit} per iteration){more}")
+    return values
+
+
+def measured_times_s(frame: pd.DataFrame, path: str) -> np.ndarray:
+    """Seconds per iteration of each row of the published schema: `measured_iter_time_s`, or where that cell is empty,
+    the time the row's published tokens/s/GPU imply, global_batch_size x seq_length / (tokens_per_s_per_gpu x
+    num_gpus), as modern_runs.csv derives its times (`time_derived`); anything else not a positive number is a
+    ConfigError naming the row and column."""
+    frame = frame.copy()
+    if TOKENS_COLUMN in frame.columns:
+        tokens = pd.to_numeric(frame[TOKENS_COLUMN], errors="coerce")
+        derived = (pd.to_numeric(frame["global_batch_size"], errors="coerce")
+                   * pd.to_numeric(frame["seq_length"], errors="coerce")
+                   / (tokens * pd.to_numeric(frame["num_gpus"], errors="coerce")))
+        empty = frame["measured_iter_time_s"].isna() & (tokens > 0)
+        frame["measured_iter_time_s"] = frame["measured_iter_time_s"].astype(object).where(~empty, derived)
+    return check_measured(frame, path, "measured_iter_time_s", "seconds")
 
 
 def read_rows(path: str, flash_attention: bool = False) -> Rows:
@@ -297,6 +326,7 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
         raise ConfigError(f"data={path!r}: no such file") from None
     vtrain = is_vtrain(frame)
     if vtrain:
+        check_measured(frame, path, "iteration time (ms)", "milliseconds")
         frame = pd.DataFrame([_vtrain_row(r) for _, r in frame.iterrows()])
     for column in CHOICE_COLUMNS.intersection(frame.columns):  # a table's spelling: `FP8`, ` Selective`
         frame[column] = frame[column].map(lambda v: v.strip().lower() if isinstance(v, str) else v)
@@ -306,6 +336,7 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
     if missing:
         raise ConfigError(f"data={path!r}: missing columns {', '.join(missing)} (the schema is in "
                           "experiments/validation/README.md, or use a vTrain CSV)")
+    measured = measured_times_s(frame, path)
     from tqdm import tqdm
 
     # reading the rows is the slow part of a large file: a progress bar (with the time left) from 10,000 rows
@@ -332,7 +363,7 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
     memory = (pd.to_numeric(frame["measured_memory_gib"], errors="coerce").to_numpy(dtype=float)
               if "measured_memory_gib" in frame.columns else None)
     return Rows(list(map(str, frame["id"])), groups, sources, specs,
-                frame["measured_iter_time_s"].to_numpy(dtype=float), memory, tuple(sorted(unstated)), inferred)
+                measured, memory, tuple(sorted(unstated)), inferred)
 
 
 # key prefixes of `predict`'s per-part arrays: a row's predicted time and device memory by part

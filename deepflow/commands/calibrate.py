@@ -54,7 +54,6 @@ FITS = ("global", "per_accelerator")
 CVS = ("kfold", "source")
 OUTPUTS = ("table", "json")
 DEFAULT_EXPERIMENT = "calibration"
-MEASURED = {"published": "measured_iter_time_s", "vtrain": "iteration time (ms)"}
 
 
 def _list_override(override: str) -> str:
@@ -129,14 +128,6 @@ def read_measured(path: str, flash_attention: bool = False):
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise ConfigError(f"data={path!r}: not a CSV ({str(exc).splitlines()[0]})") from None
     vtrain = validation.is_vtrain(frame)
-    column = MEASURED["vtrain" if vtrain else "published"]
-    if column in frame.columns:
-        values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
-        for i, (raw, value) in enumerate(zip(frame[column], values)):
-            if not (np.isfinite(value) and value > 0):
-                row = f"row {frame['id'].iloc[i]}" if "id" in frame.columns else f"line {i + 2}"
-                raise ConfigError(f"data={path!r}: {row}: {column} = {raw!r} is invalid: allowed a positive number "
-                                  f"({'milliseconds' if vtrain else 'seconds'} per iteration)")
     try:
         rows = validation.read_rows(path, flash_attention=flash_attention)
     except ConfigError:

@@ -148,6 +148,28 @@ def test_names_spelled_in_another_case_are_read_as_theirs(tmp_path):
         "fp8", "fp8", "mxfp8"]
 
 
+def test_an_empty_time_is_the_one_the_published_tokens_per_second_imply(tmp_path):
+    """A row that gives its tokens/s/GPU and no time has the time they imply, GBS x seq / (tokens/s/GPU x GPUs), as
+    modern_runs.csv derives its own; an empty time without them, or a time that is not positive, is an error
+    naming the row and the column (never a NaN error), from validate and calibrate alike."""
+    modern = pd.read_csv(DATA / "modern_runs.csv")
+    rows = modern[modern["time_derived"] == 1].head(3)
+    typed = read_rows(_write(rows, tmp_path / "typed.csv"))
+    derived = read_rows(_write(rows.assign(measured_iter_time_s=float("nan")), tmp_path / "derived.csv"))
+    tokens_per_s = rows["measured_tokens_per_s_per_gpu"] * rows["num_gpus"]
+    expected = (rows["global_batch_size"] * rows["seq_length"] / tokens_per_s).to_numpy()
+    assert np.allclose(derived.measured_s, expected) and np.allclose(derived.measured_s, typed.measured_s, rtol=1e-3)
+    empty = rows.assign(measured_iter_time_s=[float("nan"), 1.0, 1.0], measured_tokens_per_s_per_gpu=float("nan"))
+    for frame, name in ((empty, "empty"), (rows.assign(measured_iter_time_s=[1.0, -2.0, 1.0]), "negative")):
+        with pytest.raises(ConfigError, match=rf"row {frame['id'].iloc[1 if name == 'negative' else 0]}: "
+                                              r"measured_iter_time_s = .* is invalid: allowed a positive number"):
+            read_rows(_write(frame, tmp_path / f"{name}.csv"))
+    vtrain = pd.read_csv(DATA / "vtrain_ground_truth_multi.csv").head(2)
+    vtrain.loc[1, "iteration time (ms)"] = float("nan")
+    with pytest.raises(ConfigError, match=r"line 3: iteration time \(ms\) = nan is invalid"):
+        read_rows(_write(vtrain, tmp_path / "vtrain.csv"))
+
+
 def test_unknown_gpu_and_missing_column_name_the_problem(tmp_path):
     frame = pd.read_csv(DATA / "published_runs.csv").head(1)
     bad_gpu = frame.assign(gpu="z100")
