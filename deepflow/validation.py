@@ -332,6 +332,8 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
         frame[column] = frame[column].map(lambda v: v.strip().lower() if isinstance(v, str) else v)
     if "precision" in frame.columns:
         frame["precision"] = frame["precision"].map(lambda v: PRECISION_SPELLINGS.get(v, v))
+    if TOKENS_COLUMN in frame.columns and "measured_iter_time_s" not in frame.columns:
+        frame["measured_iter_time_s"] = np.nan  # every time from the tokens/s/GPU (`measured_times_s`)
     missing = [c for c in PUBLISHED_REQUIRED if c not in frame.columns]
     if missing:
         raise ConfigError(f"data={path!r}: missing columns {', '.join(missing)} (the schema is in "

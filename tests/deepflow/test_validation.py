@@ -159,6 +159,8 @@ def test_an_empty_time_is_the_one_the_published_tokens_per_second_imply(tmp_path
     tokens_per_s = rows["measured_tokens_per_s_per_gpu"] * rows["num_gpus"]
     expected = (rows["global_batch_size"] * rows["seq_length"] / tokens_per_s).to_numpy()
     assert np.allclose(derived.measured_s, expected) and np.allclose(derived.measured_s, typed.measured_s, rtol=1e-3)
+    no_column = read_rows(_write(rows.drop(columns=["measured_iter_time_s"]), tmp_path / "no_column.csv"))
+    assert np.allclose(no_column.measured_s, expected)
     empty = rows.assign(measured_iter_time_s=[float("nan"), 1.0, 1.0], measured_tokens_per_s_per_gpu=float("nan"))
     for frame, name in ((empty, "empty"), (rows.assign(measured_iter_time_s=[1.0, -2.0, 1.0]), "negative")):
         with pytest.raises(ConfigError, match=rf"row {frame['id'].iloc[1 if name == 'negative' else 0]}: "
