@@ -32,7 +32,7 @@ from deepflow.trained import AUTO, assumed, lightest_that_fits, trained_etp
 
 GIB = 2.0 ** 30
 PUBLISHED_REQUIRED = ("id", "num_layers", "hidden_size", "num_heads", "vocab_size", "seq_length", "precision",
-                      "gpu", "num_gpus", "gpus_per_node", "tp", "pp", "dp", "micro_batch_size",
+                      "gpu", "num_gpus", "gpus_per_node", "tp", "pp", "micro_batch_size",
                       "global_batch_size", "recompute", "measured_iter_time_s")
 VTRAIN_REQUIRED = ("Parameters (billion)", "# GPUs", "global batch", "micro batch", "hidden size",
                    "attention heads", "# layers", "sequence length", "tensor parallelism",
@@ -219,10 +219,18 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
                       linear_bias=bool(int(arch("linear_bias", 0))))
     fsdp = bool(int(opt("fsdp", 0)))
     stack = _stack_defaults(framework(row), accelerator, str(row["precision"]), fsdp)
-    tp, pp, dp, ep = int(row["tp"]), int(row["pp"]), int(row["dp"]), int(opt("ep", 1))
-    # context parallelism unstated: what fills the run's GPUs (tp * pp * dp * cp is the device count), else 1
-    filled = int(row["num_gpus"]) // max(tp * pp * dp, 1)
-    cp = int(opt("cp", filled if filled > 1 and filled * tp * pp * dp == int(row["num_gpus"]) else 1))
+    tp, pp, ep, gpus = int(row["tp"]), int(row["pp"]), int(opt("ep", 1)), int(row["num_gpus"])
+    if opt("dp", None) is None:  # as a performance table gives a mapping: dp is what fills the GPUs
+        cp = int(opt("cp", 1))
+        dp = gpus // max(tp * pp * cp, 1)
+        if dp < 1 or dp * tp * pp * cp != gpus:
+            raise ConfigError(f"{where}: dp is empty and tp x pp x cp = {tp * pp * cp} does not divide num_gpus = "
+                              f"{gpus}: allowed a dp with tp x pp x dp x cp = num_gpus")
+    else:
+        dp = int(row["dp"])
+        # context parallelism unstated: what fills the run's GPUs (tp * pp * dp * cp is the device count), else 1
+        filled = gpus // max(tp * pp * dp, 1)
+        cp = int(opt("cp", filled if filled > 1 and filled * tp * pp * dp == gpus else 1))
     mapping = MappingSpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vp=int(opt("vp", 1)),
                           # unstated: on with tp > 1, as NeMo 2 (scripts/performance/helpers.py:476), Megatron-Bridge
                           # (scripts/performance/utils/overrides.py:478) and torchtitan (enable_sequence_parallel) run

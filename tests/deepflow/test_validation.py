@@ -296,6 +296,19 @@ def test_unstated_mapping_columns_read_as_the_stacks_run_them(tmp_path):
                                             for s in stated.specs)
 
 
+def test_an_unstated_dp_fills_the_gpus_as_a_performance_table_implies(tmp_path):
+    """dp left out (a performance table gives TP, PP, CP and the GPU count, not DP): num_gpus / (tp x pp x cp), which
+    reads every row of modern_runs.csv as typed; a GPU count that tp x pp x cp does not divide is an error naming
+    the row."""
+    modern = pd.read_csv(DATA / "modern_runs.csv")
+    typed = read_rows(str(DATA / "modern_runs.csv"))
+    plain = read_rows(_write(modern.drop(columns=["dp"]), tmp_path / "plain.csv"))
+    assert plain.specs == typed.specs and "dp" in plain.unstated_columns
+    odd = modern.head(1).drop(columns=["dp"]).assign(num_gpus=modern["tp"].iloc[0] * modern["pp"].iloc[0] * 3 + 1)
+    with pytest.raises(ConfigError, match=f"row {modern['id'].iloc[0]}: dp is empty and tp x pp x cp"):
+        read_rows(_write(odd, tmp_path / "odd.csv"))
+
+
 ARCHITECTURE_COLUMNS = ("num_kv_heads", "head_dim", "v_head_dim", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
                         "ffn_hidden_size", "ffn_type", "num_experts", "top_k", "moe_ffn_hidden_size",
                         "num_shared_experts", "moe_router_num_groups", "moe_router_group_topk", "window_size",
