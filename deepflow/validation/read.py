@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from deepflow.presets import ConfigError, available, load_preset, preset_dict
 from deepflow.trained import AUTO, assumed, lightest_that_fits, trained_etp
 from deepflow.validation.rows import Rows, generation
 
-PUBLISHED_REQUIRED = ("id", "num_layers", "hidden_size", "num_heads", "vocab_size", "seq_length", "precision",
+PUBLISHED_REQUIRED = ("id", "num_layers", "hidden_size", "num_heads", "seq_length", "precision",
                       "gpu", "num_gpus", "gpus_per_node", "tp", "pp", "micro_batch_size",
                       "global_batch_size", "recompute", "measured_iter_time_s")
 VTRAIN_REQUIRED = ("Parameters (billion)", "# GPUs", "global batch", "micro batch", "hidden size",
@@ -93,15 +94,40 @@ def _stack_defaults(stack: str, accelerator, precision: str, fsdp: bool) -> dict
     return {"distributed_optimizer": 1, **grads, **({"fp8_param_gather": 1} if precision == "fp8" else {})}
 
 
+MODEL_SHAPE = ("num_layers", "hidden_size", "num_heads")
+
+
+def _shape(fields) -> tuple:
+    return tuple(int(fields.get(k, -1)) for k in MODEL_SHAPE)
+
+
+def _family(name) -> str:
+    """A model name's family, its leading letters: `llama` of "Llama3.1-405B" and of llama3-405b."""
+    found = re.match(r"[a-z]+", str(name).lower())
+    return found.group(0) if found else ""
+
+
 def _named_model(row: pd.Series, presets: dict) -> dict:
-    """The fields of the model preset (conf/model) the row's `model` names, where the row's layers, width and
-    heads are the preset's (else none): what the row's empty architecture columns default to."""
-    name = str(_opt(row, "model", ""))
+    """The fields of the model preset (conf/model) the row's `model` names (case aside), where the row's layers,
+    width and heads are the preset's; else of the one preset of the model's family with that shape, where exactly
+    one has it (a table's "Llama3.1-405B" is conf/model/llama3-405b; Llama 2 7B and Llama 3 8B share theirs, so
+    neither is guessed, and Nemotron-22B is not gpt-18.4b); else none: what the row's empty architecture columns
+    default to. `presets` caches them per file."""
+    name, shape = str(_opt(row, "model", "")).lower(), _shape(row)
     if ("model", name) not in presets:
-        presets["model", name] = preset_dict("model", name) if name in available("model") else {}
+        known = {p.lower(): p for p in available("model")}
+        presets["model", name] = preset_dict("model", known[name]) if name in known else {}
     arch = presets["model", name]
-    shape = ("num_layers", "hidden_size", "num_heads")
-    return arch if arch and all(int(arch.get(k, -1)) == int(row[k]) for k in shape) else {}
+    if arch and _shape(arch) == shape:
+        return arch
+    if "model-shapes" not in presets:  # every preset by its shape, loaded once a file
+        by_shape: dict[tuple, list[dict]] = {}
+        for preset in available("model"):
+            fields = preset_dict("model", preset)
+            by_shape.setdefault((_family(preset), _shape(fields)), []).append(fields)
+        presets["model-shapes"] = by_shape
+    same = presets["model-shapes"].get((_family(name), shape), [])
+    return same[0] if len(same) == 1 else {}
 
 
 def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None = None,
@@ -137,6 +163,12 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
         value = opt(key, preset.get(key))
         return default if value is None else value
 
+    vocab = arch("vocab_size", None)  # what a table rarely states: the named model's, where the row leaves it empty
+    if vocab is None:
+        raise ConfigError(f"{where}: vocab_size is empty and the row's model {str(opt('model', ''))!r} names no model "
+                          f"preset of its num_layers, hidden_size and num_heads: allowed a vocabulary size, or a model "
+                          f"of {', '.join(available('model'))}")
+
     def width(key: str) -> int | None:  # an optional width: None where neither the row nor the preset gives one
         value = arch(key, None)
         return None if value is None else int(value)
@@ -147,7 +179,7 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
                       **{k: width(k) for k in ("head_dim", "v_head_dim", "moe_ffn_hidden_size")},
                       **{k: int(arch(k, 0)) for k in ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim")},
                       ffn_hidden_size=int(arch("ffn_hidden_size", 4 * int(row["hidden_size"]))),
-                      ffn_type=str(arch("ffn_type", "gelu")), vocab_size=int(row["vocab_size"]),
+                      ffn_type=str(arch("ffn_type", "gelu")), vocab_size=int(vocab),
                       seq_length=int(row["seq_length"]), num_experts=int(arch("num_experts", 1)),
                       top_k=int(arch("top_k", 1)), num_shared_experts=int(arch("num_shared_experts", 0)),
                       moe_router_num_groups=int(arch("moe_router_num_groups", 1)),

@@ -337,6 +337,25 @@ def test_empty_architecture_columns_come_from_the_model_preset_the_row_names(tmp
     assert [(s[2].rope_mscale, s[2].num_experts) for s in stated.specs] == [(1.5, 256), (1.5, 1)]
 
 
+def test_a_model_a_table_spells_its_own_way_is_the_preset_of_its_family_and_shape(tmp_path):
+    """A row whose model names no preset reads its empty architecture columns and vocabulary from the one preset of
+    its family (leading letters) and shape: "llama3.1-405b" is llama3-405b, as typed, and published_runs.csv's
+    "gpt-1.7B" rows gpt-1.7b; Nemotron-22B shares its shape with gpt-18.4b but not its family, so its empty
+    vocabulary is an error naming the column; a stated vocabulary wins."""
+    modern = pd.read_csv(DATA / "modern_runs.csv")
+    ids = ["mbridge-25.11-h100-llama3.1-405b-fp8-1024", "nemo-24.07-h100-nemotron-22b-fp8-64"]
+    rows = modern[modern["id"].isin(ids)].set_index("id").loc[ids].reset_index()
+    bare = rows.drop(columns=list(ARCHITECTURE_COLUMNS) + ["vocab_size"])
+    llama = read_rows(_write(bare.head(1), tmp_path / "llama.csv"))
+    assert llama.specs[0][2] == read_rows(_write(rows.head(1), tmp_path / "typed.csv")).specs[0][2]
+    with pytest.raises(ConfigError, match=f"row {ids[1]}: vocab_size is empty and the row's model 'nemotron-22b'"):
+        read_rows(_write(bare, tmp_path / "bare.csv"))
+    assert read_rows(_write(bare.assign(vocab_size=256000), tmp_path / "stated.csv")).specs[1][2].vocab_size == 256000
+    published = pd.read_csv(DATA / "published_runs.csv")
+    assert read_rows(_write(published.drop(columns=["vocab_size"]), tmp_path / "gpt.csv")).specs == read_rows(
+        str(DATA / "published_runs.csv")).specs
+
+
 def test_an_unstated_fp8_param_gather_follows_nemo_2_and_megatron_bridge_fp8_recipes(tmp_path):
     """fp8_param_gather unstated on a Megatron-Core row: on under per-tensor fp8 without FSDP (NeMo 2's and
     Megatron-Bridge's fp8 recipes keep fp8 primary weights: what every such row of modern_runs.csv states but NeMo
