@@ -22,7 +22,7 @@ from deepflow.presets import ConfigError, available, load_preset, preset_dict
 from deepflow.trained import AUTO, assumed, lightest_that_fits, trained_etp
 from deepflow.validation.rows import Rows, generation
 
-PUBLISHED_REQUIRED = ("id", "num_layers", "hidden_size", "num_heads", "seq_length", "precision",
+PUBLISHED_REQUIRED = ("id", "seq_length", "precision",
                       "gpu", "num_gpus", "gpus_per_node", "tp", "pp", "micro_batch_size",
                       "global_batch_size", "recompute", "measured_iter_time_s")
 VTRAIN_REQUIRED = ("Parameters (billion)", "# GPUs", "global batch", "micro batch", "hidden size",
@@ -97,8 +97,15 @@ def _stack_defaults(stack: str, accelerator, precision: str, fsdp: bool) -> dict
 MODEL_SHAPE = ("num_layers", "hidden_size", "num_heads")
 
 
-def _shape(fields) -> tuple:
-    return tuple(int(fields.get(k, -1)) for k in MODEL_SHAPE)
+def _shape(fields) -> tuple | None:
+    """`(num_layers, hidden_size, num_heads)` of a preset or a row; None where a row leaves any of them empty."""
+    values = [_opt(fields, k, None) for k in MODEL_SHAPE]
+    return None if any(v is None for v in values) else tuple(int(v) for v in values)
+
+
+def _model_key(name) -> str:
+    """A model name as a preset file is named: `LLAMA3_70B` (a Megatron-Bridge table's) is llama3-70b."""
+    return re.sub(r"[\s_]+", "-", str(name).strip().lower())
 
 
 def _family(name) -> str:
@@ -112,14 +119,17 @@ def _named_model(row: pd.Series, presets: dict) -> dict:
     width and heads are the preset's; else of the one preset of the model's family with that shape, where exactly
     one has it (a table's "Llama3.1-405B" is conf/model/llama3-405b; Llama 2 7B and Llama 3 8B share theirs, so
     neither is guessed, and Nemotron-22B is not gpt-18.4b); else none: what the row's empty architecture columns
-    default to. `presets` caches them per file."""
-    name, shape = str(_opt(row, "model", "")).lower(), _shape(row)
+    default to. A row that leaves its layers, width and heads empty takes them from the preset its model names
+    (`_model_key`), and the preset is found by name alone. `presets` caches them per file."""
+    name, shape = _model_key(_opt(row, "model", "")), _shape(row)
     if ("model", name) not in presets:
-        known = {p.lower(): p for p in available("model")}
+        known = {_model_key(p): p for p in available("model")}
         presets["model", name] = preset_dict("model", known[name]) if name in known else {}
     arch = presets["model", name]
-    if arch and _shape(arch) == shape:
+    if arch and (shape is None or _shape(arch) == shape):
         return arch
+    if shape is None:
+        return {}
     if "model-shapes" not in presets:  # every preset by its shape, loaded once a file
         by_shape: dict[tuple, list[dict]] = {}
         for preset in available("model"):
@@ -156,8 +166,15 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
                         scale_up_domain=int(opt("scale_up_domain", _platform_domain(row, accelerator))),
                         scale_out_gbit_per_device=float(opt("scale_out_gbit_per_gpu",
                                                              accelerator.scale_out_gbit_per_s)))
-    heads = int(row["num_heads"])
     preset = _named_model(row, presets)
+    shape = {}
+    for key in MODEL_SHAPE:  # a table names its model: its layers, width and heads come from the model's preset
+        value = opt(key, preset.get(key))
+        if value is None:
+            raise ConfigError(f"{where}: {key} is empty and the row's model {str(_opt(row, 'model', ''))!r} is not a "
+                              f"model preset: allowed a number, or a model of {', '.join(available('model'))}")
+        shape[key] = int(value)
+    heads = shape["num_heads"]
 
     def arch(key: str, default):  # an architecture column: the row's, else the named preset's, else `default`
         value = opt(key, preset.get(key))
@@ -173,12 +190,12 @@ def _published_specs(row: pd.Series, flash_attention: bool, unstated: set | None
         value = arch(key, None)
         return None if value is None else int(value)
 
-    model = ModelSpec(name=str(opt("model", "model")), num_layers=int(row["num_layers"]),
-                      hidden_size=int(row["hidden_size"]), num_heads=heads,
+    model = ModelSpec(name=str(opt("model", "model")), num_layers=shape["num_layers"],
+                      hidden_size=shape["hidden_size"], num_heads=heads,
                       num_kv_heads=int(arch("num_kv_heads", heads)),
                       **{k: width(k) for k in ("head_dim", "v_head_dim", "moe_ffn_hidden_size")},
                       **{k: int(arch(k, 0)) for k in ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim")},
-                      ffn_hidden_size=int(arch("ffn_hidden_size", 4 * int(row["hidden_size"]))),
+                      ffn_hidden_size=int(arch("ffn_hidden_size", 4 * shape["hidden_size"])),
                       ffn_type=str(arch("ffn_type", "gelu")), vocab_size=int(vocab),
                       seq_length=int(row["seq_length"]), num_experts=int(arch("num_experts", 1)),
                       top_k=int(arch("top_k", 1)), num_shared_experts=int(arch("num_shared_experts", 0)),

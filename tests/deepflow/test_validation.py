@@ -356,6 +356,23 @@ def test_a_model_a_table_spells_its_own_way_is_the_preset_of_its_family_and_shap
         str(DATA / "published_runs.csv")).specs
 
 
+def test_a_row_that_only_names_its_model_takes_its_layers_width_and_heads_from_the_preset(tmp_path):
+    """A row that leaves num_layers, hidden_size and num_heads empty (a table names its model) takes them, and every
+    other architecture column and the vocabulary, from the preset its model names, as a table spells it
+    (`LLAMA3_70B`): Llama 3 70B and DeepSeek-V3 read as typed; a model that is no preset is an error naming the
+    first empty column."""
+    modern = pd.read_csv(DATA / "modern_runs.csv")
+    ids = ["mbridge-25.11-h100-llama3-70b-fp8-64", "mbridge-26.04-b300-deepseek-v3-mxfp8-256"]
+    rows = modern[modern["id"].isin(ids)].set_index("id").loc[ids].reset_index()
+    bare = rows.drop(columns=list(ARCHITECTURE_COLUMNS) + ["vocab_size", "num_layers", "hidden_size", "num_heads"])
+    named = read_rows(_write(bare.assign(model=["LLAMA3_70B", "DeepSeek-V3"]), tmp_path / "named.csv"))
+    typed = read_rows(_write(rows, tmp_path / "typed.csv")).specs
+    assert [(a, b, dataclasses.replace(m, name=t[2].name), p) for (a, b, m, p), t in zip(named.specs, typed)] == typed
+    assert {"num_layers", "hidden_size", "num_heads"} <= set(named.unstated_columns)
+    with pytest.raises(ConfigError, match=f"row {ids[0]}: num_layers is empty and the row's model 'llama9-1t'"):
+        read_rows(_write(bare.assign(model="llama9-1t"), tmp_path / "unknown.csv"))
+
+
 def test_an_unstated_fp8_param_gather_follows_nemo_2_and_megatron_bridge_fp8_recipes(tmp_path):
     """fp8_param_gather unstated on a Megatron-Core row: on under per-tensor fp8 without FSDP (NeMo 2's and
     Megatron-Bridge's fp8 recipes keep fp8 primary weights: what every such row of modern_runs.csv states but NeMo
