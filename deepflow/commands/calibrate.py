@@ -114,20 +114,11 @@ def options(cfg) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------------------- data
 def read_measured(path: str, flash_attention: bool = False):
-    """`(rows, gpus)`: the CSV's rows (`deepflow.validation.read_rows`) and each row's `gpu`. A
-    measured time that is not a positive number is a ConfigError naming the row and column, as is
-    any value read_rows cannot read."""
-    import pandas as pd
-
+    """`(rows, gpus)`: the CSV's rows (`deepflow.validation.read_rows`) and each row's accelerator preset (its `gpu`
+    as the preset is named, so `GB200` and `gb200` are one). A file that is not a CSV, a measured time that is not a
+    positive number and any value read_rows cannot read are a ConfigError naming the problem."""
     from deepflow import validation
 
-    try:
-        frame = pd.read_csv(path)
-    except FileNotFoundError:
-        raise ConfigError(f"data={path!r}: no such file") from None
-    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"data={path!r}: not a CSV ({str(exc).splitlines()[0]})") from None
-    vtrain = validation.is_vtrain(frame)
     try:
         rows = validation.read_rows(path, flash_attention=flash_attention)
     except ConfigError:
@@ -136,8 +127,7 @@ def read_measured(path: str, flash_attention: bool = False):
         raise ConfigError(f"data={path!r}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
     if not len(rows.ids):
         raise ConfigError(f"data={path!r}: no rows")
-    gpus = [validation.VTRAIN_DEFAULTS["gpu"]] * len(rows.ids) if vtrain else [str(g) for g in frame["gpu"]]
-    return rows, gpus
+    return rows, [spec[0].name for spec in rows.specs]
 
 
 def check_counts(path: str, rows, gpus: list[str], opts: dict) -> None:

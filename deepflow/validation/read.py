@@ -320,6 +320,8 @@ def read_rows(path: str, flash_attention: bool = False) -> Rows:
         frame = pd.read_csv(path)
     except FileNotFoundError:
         raise ConfigError(f"data={path!r}: no such file") from None
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"data={path!r}: not a CSV ({str(exc).splitlines()[0]})") from None
     vtrain = is_vtrain(frame)
     if vtrain:
         check_measured(frame, path, "iteration time (ms)", "milliseconds")

@@ -178,6 +178,9 @@ def test_unknown_gpu_and_missing_column_name_the_problem(tmp_path):
     bad_gpu.to_csv(tmp_path / "gpu.csv", index=False)
     with pytest.raises(ConfigError, match="gpu"):
         read_rows(str(tmp_path / "gpu.csv"))
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(ConfigError, match="empty.csv': not a CSV"):
+        read_rows(str(tmp_path / "empty.csv"))
     frame.drop(columns=["tp"]).to_csv(tmp_path / "col.csv", index=False)
     with pytest.raises(ConfigError, match="missing columns tp"):
         read_rows(str(tmp_path / "col.csv"))

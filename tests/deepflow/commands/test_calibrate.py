@@ -393,6 +393,9 @@ BAD_CSV = [
     (lambda df: df.head(3), ["fields=[gemm_peak_fraction]", "folds=5"], "folds=5 is invalid: allowed at most the 3 rows"),
     (_edit("gpu", "h100-sxm-80gb"), ["fit=per_accelerator", "fields=[gemm_peak_fraction]"],
      "gpu h100-sxm-80gb has 1 rows, too few for fit=per_accelerator"),
+    # a gpu spelled as a table spells it counts as its preset (the calibration file is keyed by the preset's name)
+    (_edit("gpu", "H100-SXM-80GB"), ["fit=per_accelerator", "fields=[gemm_peak_fraction]"],
+     "gpu h100-sxm-80gb has 1 rows, too few for fit=per_accelerator"),
     (lambda df: df[df["source"].str.startswith("Narayanan")], ["cv=source", "fields=[gemm_peak_fraction]"],
      "cv=source needs rows of at least two sources"),
 ]
