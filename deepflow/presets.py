@@ -8,6 +8,7 @@ config so that a wrong type or an unknown key fails with the field's name.
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -36,12 +37,18 @@ def available(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
+def preset_key(name) -> str:
+    """A name as a preset file is spelled: case, surrounding spaces, and spaces or underscores for dashes aside
+    (a table's `LLAMA3_70B` is llama3-70b, its `H100 SXM 80GB` h100-sxm-80gb)."""
+    return re.sub(r"[\s_]+", "-", str(name).strip().lower())
+
+
 def preset_dict(group: str, name: str) -> dict[str, Any]:
-    """A preset's fields by name; a name that differs from one preset's only in case (`GB200`, `H200-SXM-141GB`, as
-    a table spells it) is that preset."""
+    """A preset's fields by name; a name spelled as a table spells it (`GB200`, `H200_SXM_141GB`: `preset_key`)
+    is the one preset it spells."""
     path = CONF_DIR / group / f"{name}.yaml"
     if not path.is_file():
-        same = [p for p in available(group) if p.lower() == str(name).lower()]
+        same = [p for p in available(group) if preset_key(p) == preset_key(name)]
         if len(same) != 1:
             raise ConfigError(f"{group}={name!r} is not a known preset: allowed {', '.join(available(group))}")
         path = CONF_DIR / group / f"{same[0]}.yaml"

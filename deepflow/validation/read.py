@@ -18,7 +18,7 @@ from analytical import SystemSpec
 from analytical.choices import GRAD_DTYPE_PRECISIONS, NARROW_PRECISIONS
 from analytical.specs import MappingSpec, ModelSpec
 from analytical.stack import OVERLAP_KINDS
-from deepflow.presets import ConfigError, available, load_preset, preset_dict
+from deepflow.presets import ConfigError, available, load_preset, preset_dict, preset_key
 from deepflow.trained import AUTO, assumed, lightest_that_fits, trained_etp
 from deepflow.validation.rows import Rows, generation
 
@@ -103,11 +103,6 @@ def _shape(fields) -> tuple | None:
     return None if any(v is None for v in values) else tuple(int(v) for v in values)
 
 
-def _model_key(name) -> str:
-    """A model name as a preset file is named: `LLAMA3_70B` (a Megatron-Bridge table's) is llama3-70b."""
-    return re.sub(r"[\s_]+", "-", str(name).strip().lower())
-
-
 def _family(name) -> str:
     """A model name's family, its leading letters: `llama` of "Llama3.1-405B" and of llama3-405b."""
     found = re.match(r"[a-z]+", str(name).lower())
@@ -120,10 +115,10 @@ def _named_model(row: pd.Series, presets: dict) -> dict:
     one has it (a table's "Llama3.1-405B" is conf/model/llama3-405b; Llama 2 7B and Llama 3 8B share theirs, so
     neither is guessed, and Nemotron-22B is not gpt-18.4b); else none: what the row's empty architecture columns
     default to. A row that leaves its layers, width and heads empty takes them from the preset its model names
-    (`_model_key`), and the preset is found by name alone. `presets` caches them per file."""
-    name, shape = _model_key(_opt(row, "model", "")), _shape(row)
+    (`preset_key`), and the preset is found by name alone. `presets` caches them per file."""
+    name, shape = preset_key(_opt(row, "model", "")), _shape(row)
     if ("model", name) not in presets:
-        known = {_model_key(p): p for p in available("model")}
+        known = {preset_key(p): p for p in available("model")}
         presets["model", name] = preset_dict("model", known[name]) if name in known else {}
     arch = presets["model", name]
     if arch and (shape is None or _shape(arch) == shape):

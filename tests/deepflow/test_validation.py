@@ -131,14 +131,17 @@ def test_unseen_gpu_and_fp8_rows_are_predicted(tmp_path):
 
 
 def test_names_spelled_in_another_case_are_read_as_theirs(tmp_path):
-    """A table's spelling of a preset's name (`H100-SXM-80GB`) reads as the preset, and of a precision, a recompute or
-    an MLP (` BF16`, `Selective`, `GELU`) as the allowed value; NVIDIA's precision names (FP8-CS, fp8_ds, FP8-MX)
-    as the precisions they are."""
+    """A table's spelling of a preset's name (`H100-SXM-80GB`, `H100_SXM 80GB`) reads as the preset (a name that spells
+    none is an error listing them), and of a precision, a recompute or an MLP (` BF16`, `Selective`, `GELU`) as the
+    allowed value; NVIDIA's precision names (FP8-CS, fp8_ds, FP8-MX) as the precisions they are."""
     frame = pd.read_csv(DATA / "published_runs.csv").head(1)
     _write(frame.assign(gpu="h100-sxm-80gb"), tmp_path / "lower.csv")
     _write(frame.assign(gpu="H100-SXM-80GB"), tmp_path / "upper.csv")
-    lower, upper = (read_rows(str(tmp_path / f"{n}.csv")) for n in ("lower", "upper"))
-    assert upper.specs[0][0].name == "h100-sxm-80gb" and upper.specs == lower.specs
+    _write(frame.assign(gpu=" H100_SXM 80GB"), tmp_path / "spaced.csv")
+    lower, upper, spaced = (read_rows(str(tmp_path / f"{n}.csv")) for n in ("lower", "upper", "spaced"))
+    assert upper.specs[0][0].name == "h100-sxm-80gb" and upper.specs == lower.specs == spaced.specs
+    with pytest.raises(ConfigError, match=r"hardware='H100-SXM-81GB' is not a known preset: allowed .*h100-sxm-80gb"):
+        read_rows(_write(frame.assign(gpu="H100-SXM-81GB"), tmp_path / "typo.csv"))
     _write(frame.assign(gpu="h100-sxm-80gb", precision=" BF16", recompute="Selective", ffn_type="GELU"),
            tmp_path / "names.csv")
     named = read_rows(str(tmp_path / "names.csv")).specs[0]
