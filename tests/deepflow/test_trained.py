@@ -91,11 +91,14 @@ def test_a_row_that_fits_only_with_offloading_offloads_the_fewest_layers(tmp_pat
     assert [s[3].offload_layers for s in stated.specs] == [0, 40] and stated.assumptions() == [{}, {}]
 
 
-def test_auto_recompute_recomputes_the_fewest_layers_that_fit():
+def test_auto_recompute_recomputes_the_fewest_layers_that_fit(tmp_path):
     """`recompute=auto` goes none, selective, then full on the fewest layers of each stage (Megatron's block
-    method), then all: NeMo 24.07's GPT-3 20B (44 layers, tp 2, pp 1) needs neither all nor none recomputed."""
-    rows = read_rows(str(DATA / "modern_runs.csv"))
-    spec = dict(zip(rows.ids, rows.specs))["nemo-24.07-h100-gpt3-20b-fp8-64"]
+    method), then all: NeMo 24.07's GPT-3 20B (44 layers, tp 2, pp 1) with fp32 gradients (its yaml's default;
+    its run script reduced in bf16, as the file types it, and fits with none) needs neither all nor none
+    recomputed."""
+    modern = pd.read_csv(DATA / "modern_runs.csv")
+    fp32 = modern[modern["id"] == "nemo-24.07-h100-gpt3-20b-fp8-64"].assign(grad_reduce_in_fp32=1)
+    spec = read_rows(_write(fp32, tmp_path / "fp32.csv")).specs[0]
     mapping = spec[3]
     assert mapping.recompute == "full" and 0 < mapping.recompute_layers < 44
     lighter = [dataclasses.replace(mapping, recompute="selective", recompute_layers=0),
@@ -103,9 +106,13 @@ def test_auto_recompute_recomputes_the_fewest_layers_that_fit():
     result = evaluate(stack_designs([spec[0]] * 3, [spec[1]] * 3, [spec[2]] * 3, lighter))
     assert result.feasible.tolist() == [False, False, True]
     # the report says what was inferred: a recompute for every `auto` row, the partial one here
+    partial = report(read_rows(str(tmp_path / "fp32.csv")), DEFAULT_EFFICIENCY)["rows"][0]["assumed"]
+    assert partial == {"recompute": f"full, {mapping.recompute_layers} layers a stage"}
+    rows = read_rows(str(DATA / "modern_runs.csv"))
     out = report(rows, DEFAULT_EFFICIENCY)
     assumed = {r["id"]: r.get("assumed") for r in out["rows"]}
-    assert assumed["nemo-24.07-h100-gpt3-20b-fp8-64"] == {"recompute": f"full, {mapping.recompute_layers} layers a stage"}
+    assert assumed["nemo-24.07-h100-gpt3-20b-fp8-64"] == {"recompute": "none"}  # bf16 gradients: fits as is
+    assert assumed["dgxc-v25.05.05-h100-nemotron4-15b-bf16-16"] == {"recompute": "selective"}
     assert assumed["mbridge-26.04.01-h100-qwen3-235b-a22b-fp8-256"] == {"recompute": "none"}  # auto, fits as is
     assert assumed["titan-2412-h100-llama3-8b-fsdp-8"] == {"framework": "torchtitan"}  # its recompute is stated
     assert assumed["dgxc-v25.04.02-h100-llama3-8b-fp8-8"] == {"recompute": "none"}
