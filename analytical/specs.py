@@ -389,8 +389,9 @@ class MappingSpec:
     # with sequence parallelism, a column-parallel GEMM keeps its all-gathered input for the weight gradient: PyTorch
     # DTensor's ColwiseParallel behind PrepareModuleInput (torchtitan), whose autograd saves the gathered tensor;
     # false: Megatron-Core / Transformer Engine keep the 1/tp shard and gather it again in backward (TE linear.py
-    # `backward_input_needs_gather`). Memory only: a layer's QKV and fc1 inputs and the output layer's input held
-    # whole, not 1/tp
+    # `backward_input_needs_gather`): a layer's QKV and fc1 inputs and the output layer's input held whole, not 1/tp.
+    # DTensor also lays activations out batch first and gathers and scatters along the sequence, so each of its
+    # sequence-parallel collectives copies the whole tensor (`step.eager_ops`; Megatron's sequence-first layout: none)
     sp_keeps_gathered_input: bool = False
 
     def validate(self) -> "MappingSpec":

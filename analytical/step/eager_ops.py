@@ -54,6 +54,20 @@ nothing here.
   12 passes in 6 kernels; backward about as many. The fused kernel's own two passes are not charged by
   the step model, so all 12 are.
 
+- PyTorch DTensor's sequence parallelism (`sp_keeps_gathered_input`, torchtitan) keeps activations batch first,
+  `(batch, sequence, hidden)`, and gathers and scatters them along the sequence, dim 1, where NCCL gathers and
+  scatters along dim 0: each all-gather is followed by `torch.cat(torch.chunk(out, tp, dim=0), dim=1)` and each
+  reduce-scatter preceded by `torch.cat(torch.chunk(in, tp, dim=1))` (torch/distributed/_functional_collectives.py
+  `all_gather_tensor` / `reduce_scatter_tensor`; from pytorch/pytorch#169404, December 2025, an all-gather of one
+  sequence takes a view instead, not modelled: every torchtitan run here is older). Each is a read and a write of the
+  whole gathered tensor: per layer and pass, 2 gathers of the attention and MLP inputs and 2 scatters of their
+  outputs, the backward pass's mirrors on the gradients. Megatron-Core lays activations out sequence first, so its
+  gathers and scatters need none. Async TP (`overlap_tp_comm`; torch._inductor's micro-pipelined
+  `fused_all_gather_matmul` / `fused_matmul_reduce_scatter`, torch/distributed/_symmetric_memory) moves the
+  sequence dim to the front of what it pipelines instead: a copy of the local shard before each gather and of the
+  reduce-scatter GEMM's input (the attention output, the MLP's down-projection input, 1/tp wide), not of the
+  gathered tensor.
+
 Passes are counted from the op sequences, not measured; fp32 passes move 4 bytes an element, the others
 the activations' dtype.
 
@@ -77,11 +91,13 @@ import torch
 
 from analytical.codes import ELEMENTWISE_CODES, FFN_CODES
 from analytical.design import DesignBatch, per_evaluation, sequence_parallel_divisor
-from analytical.step.attention import head_dim, is_mla
+from analytical.step.attention import attention_out_width, head_dim, is_mla
 from analytical.step.workload import (
     activation_bytes_per_element,
+    gemm_bytes_per_element,
     is_kind,
     is_moe,
+    is_narrow,
     is_swiglu,
     local_tokens,
     mlp_width,
@@ -219,7 +235,8 @@ def eager_ops(d: DesignBatch) -> EagerOps:
     biased = (d.linear_bias > 0) & (d.fused_expert_mlp == 0) & (is_moe(d) > 0)
     eager = d.elementwise != ELEMENTWISE_CODES["fused"]
     rope = d.rope_mscale != 1.0
-    if not bool(clamped.any() | biased.any() | eager.any() | rope.any()):
+    dtensor = (d.sp_keeps_gathered_input > 0) & (d.sequence_parallel > 0) & (d.tp > 1)
+    if not bool(clamped.any() | biased.any() | eager.any() | rope.any() | dtensor.any()):
         return EagerOps(zero, zero, zero, zero, zero)
     elem = activation_bytes_per_element(d)
     up_out = clamped * elem * 2.0 * local_tokens(d) * mlp_width(d) / d.tp  # gate and linear halves
@@ -235,4 +252,28 @@ def eager_ops(d: DesignBatch) -> EagerOps:
         ops = _add(ops, _elementwise(d, elem))
     if bool(rope.any()):
         ops = _add(ops, _unfused_rope(d, elem))
+    if bool(dtensor.any()):
+        ops = _add(ops, _dtensor_sp(d, elem))
     return ops
+
+
+def _dtensor_sp(d: DesignBatch, elem: torch.Tensor) -> EagerOps:
+    """The layout copies of DTensor's sequence-parallel collectives (see the module docstring) where
+    `sp_keeps_gathered_input`, sequence parallelism and tp > 1. A gathered element is fp8 forward where the gather
+    moves the quantized GEMM input (`model.sp_pair_bytes_per_element`); the scatters and the backward pass move the
+    activations' dtype."""
+    on = ((d.sp_keeps_gathered_input > 0) & (d.sequence_parallel > 0) & (d.tp > 1)).to(elem.dtype)
+    tokens = on * is_kind(d, "transformer") * local_tokens(d)
+    gathered = torch.where(is_narrow(d) > 0, gemm_bytes_per_element(d), elem)
+    # vanilla: a read and a write of the 2 gathered inputs and of the 2 outputs to scatter, hidden wide
+    whole = 2.0 * 2.0 * tokens * d.hidden_size
+    # async TP: of the local shard before each gather and of each reduce-scatter GEMM's 1/tp-wide input
+    shard = whole / d.tp
+    scatter_inputs = 2.0 * tokens * (attention_out_width(d) + mlp_width(d)) / d.tp
+    # capped at the vanilla path's: no overlap flag lengthens a step (a wide MLP at a low tp would copy more)
+    async_tp = d.overlap_tp_comm > 0
+    vanilla = whole * (gathered + elem), whole * 2.0 * elem
+    fused = shard * gathered + scatter_inputs * elem, (shard + scatter_inputs) * elem
+    forward, backward = (torch.where(async_tp, torch.minimum(f, v), v) for f, v in zip(fused, vanilla))
+    kernels = 4.0 * on  # one a gather or scatter
+    return EagerOps(forward, backward, kernels, kernels, recompute_bytes=torch.zeros_like(forward))

@@ -321,3 +321,40 @@ def test_an_eager_squared_relu_costs_its_op_sequence(design, run, h100, system, 
     slow, fast = (float(run(h100, system, nemotron, with_elementwise(v, megatron)).step_time_s[0])
                   for v in ("eager_activation", "fused"))
     assert slow > fast
+
+
+DTENSOR_TP = MappingSpec(tp=8, dp=1, micro_batch_size=2, global_batch_size=16, sequence_parallel=True,
+                         recompute="none", sp_keeps_gathered_input=True)
+
+
+def test_dtensor_sequence_parallel_copies_what_it_gathers_and_scatters(design, h100, system, llama):
+    """DTensor's batch-first collectives along the sequence copy the whole tensor after each all-gather and before
+    each reduce-scatter (a read and a write; fp8 gathers under float8); async TP copies the local shard and the
+    scatter GEMMs' 1/tp-wide inputs; nothing without the flag, without sequence parallelism or at tp 1."""
+    tokens, h, ffn = DTENSOR_TP.micro_batch_size * llama.seq_length, llama.hidden_size, llama.ffn_size
+    ops = eager_ops(design(h100, system, llama, DTENSOR_TP))
+    assert float(ops.forward_bytes[0]) == pytest.approx(4.0 * tokens * h * (2.0 + 2.0))
+    assert float(ops.backward_bytes[0]) == pytest.approx(4.0 * tokens * h * 4.0)
+    assert float(ops.forward_kernels[0]) == float(ops.backward_kernels[0]) == 4.0
+    fp8 = eager_ops(design(h100, system, llama, dataclasses.replace(DTENSOR_TP, precision="fp8")))
+    assert float(fp8.forward_bytes[0]) == pytest.approx(4.0 * tokens * h * (1.0 + 2.0))
+    assert float(fp8.backward_bytes[0]) == pytest.approx(float(ops.backward_bytes[0]))
+    fused = eager_ops(design(h100, system, llama, dataclasses.replace(DTENSOR_TP, overlap_tp_comm=True)))
+    shard, scatter_inputs = 4.0 * tokens * h / 8, 2.0 * tokens * (h + ffn) / 8
+    assert float(fused.forward_bytes[0]) == pytest.approx((shard + scatter_inputs) * 2.0)
+    assert float(fused.forward_bytes[0]) < float(ops.forward_bytes[0]) / 3.0
+    for off in (dict(sp_keeps_gathered_input=False), dict(sequence_parallel=False), dict(tp=1, dp=8)):
+        none = eager_ops(design(h100, system, llama, dataclasses.replace(DTENSOR_TP, **off)))
+        assert float(none.forward_bytes[0]) == float(none.backward_bytes[0]) == 0.0, off
+
+
+def test_dtensor_copies_lengthen_the_step_full_recompute_copies_again(run, h100, system, llama):
+    """The copies are memory-bound kernels of the layer's passes: a longer step and more HBM energy than Megatron's
+    sequence-first layout, and full recompute runs the forward's copies again."""
+    megatron = dataclasses.replace(DTENSOR_TP, sp_keeps_gathered_input=False)
+    dtensor, plain = (run(h100, system, llama, m).row(0) for m in (DTENSOR_TP, megatron))
+    assert dtensor["step_time_s"] > plain["step_time_s"]
+    assert dtensor["energy_breakdown"]["hbm"] > plain["energy_breakdown"]["hbm"]
+    full = [run(h100, system, llama, dataclasses.replace(m, recompute="full")).row(0)["breakdown"]["recompute"]
+            for m in (DTENSOR_TP, megatron)]
+    assert full[0] > full[1]
