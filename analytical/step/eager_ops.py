@@ -235,7 +235,7 @@ def eager_ops(d: DesignBatch) -> EagerOps:
     biased = (d.linear_bias > 0) & (d.fused_expert_mlp == 0) & (is_moe(d) > 0)
     eager = d.elementwise != ELEMENTWISE_CODES["fused"]
     rope = d.rope_mscale != 1.0
-    dtensor = (d.sp_keeps_gathered_input > 0) & (d.sequence_parallel > 0) & (d.tp > 1)
+    dtensor = d.sp_keeps_gathered_input > 0  # (sequence parallel at tp > 1: `_dtensor_sp`)
     if not bool(clamped.any() | biased.any() | eager.any() | rope.any() | dtensor.any()):
         return EagerOps(zero, zero, zero, zero, zero)
     elem = activation_bytes_per_element(d)
