@@ -98,7 +98,8 @@ def test_auto_recompute_recomputes_the_fewest_layers_that_fit(tmp_path):
     recomputed."""
     modern = pd.read_csv(DATA / "modern_runs.csv")
     fp32 = modern[modern["id"] == "nemo-24.07-h100-gpt3-20b-fp8-64"].assign(grad_reduce_in_fp32=1)
-    spec = read_rows(_write(fp32, tmp_path / "fp32.csv")).specs[0]
+    fp32_rows = read_rows(_write(fp32, tmp_path / "fp32.csv"))
+    spec = fp32_rows.specs[0]
     mapping = spec[3]
     assert mapping.recompute == "full" and 0 < mapping.recompute_layers < 44
     lighter = [dataclasses.replace(mapping, recompute="selective", recompute_layers=0),
@@ -106,7 +107,7 @@ def test_auto_recompute_recomputes_the_fewest_layers_that_fit(tmp_path):
     result = evaluate(stack_designs([spec[0]] * 3, [spec[1]] * 3, [spec[2]] * 3, lighter))
     assert result.feasible.tolist() == [False, False, True]
     # the report says what was inferred: a recompute for every `auto` row, the partial one here
-    partial = report(read_rows(str(tmp_path / "fp32.csv")), DEFAULT_EFFICIENCY)["rows"][0]["assumed"]
+    partial = report(fp32_rows, DEFAULT_EFFICIENCY)["rows"][0]["assumed"]
     assert partial == {"recompute": f"full, {mapping.recompute_layers} layers a stage"}
     rows = read_rows(str(DATA / "modern_runs.csv"))
     out = report(rows, DEFAULT_EFFICIENCY)
