@@ -92,12 +92,11 @@ import torch
 from analytical.codes import ELEMENTWISE_CODES, FFN_CODES
 from analytical.design import DesignBatch, per_evaluation, sequence_parallel_divisor
 from analytical.step.attention import attention_out_width, head_dim, is_mla
+from analytical.step.param_bytes import sp_gather_bytes_per_element
 from analytical.step.workload import (
     activation_bytes_per_element,
-    gemm_bytes_per_element,
     is_kind,
     is_moe,
-    is_narrow,
     is_swiglu,
     local_tokens,
     mlp_width,
@@ -259,12 +258,12 @@ def eager_ops(d: DesignBatch) -> EagerOps:
 
 def _dtensor_sp(d: DesignBatch, elem: torch.Tensor) -> EagerOps:
     """The layout copies of DTensor's sequence-parallel collectives (see the module docstring) where
-    `sp_keeps_gathered_input`, sequence parallelism and tp > 1. A gathered element is fp8 forward where the gather
-    moves the quantized GEMM input (`model.sp_pair_bytes_per_element`); the scatters and the backward pass move the
+    `sp_keeps_gathered_input`, sequence parallelism and tp > 1. A gathered element forward is what the gather moves
+    (`param_bytes.sp_gather_bytes_per_element`: fp8 under Float8); the scatters and the backward pass move the
     activations' dtype."""
     on = ((d.sp_keeps_gathered_input > 0) & (d.sequence_parallel > 0) & (d.tp > 1)).to(elem.dtype)
     tokens = on * is_kind(d, "transformer") * local_tokens(d)
-    gathered = torch.where(is_narrow(d) > 0, gemm_bytes_per_element(d), elem)
+    gathered = sp_gather_bytes_per_element(d)
     # vanilla: a read and a write of the 2 gathered inputs and of the 2 outputs to scatter, hidden wide
     whole = 2.0 * 2.0 * tokens * d.hidden_size
     # async TP: of the local shard before each gather and of each reduce-scatter GEMM's 1/tp-wide input

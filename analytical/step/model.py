@@ -38,7 +38,7 @@ from analytical.step.memory import (activation_bytes_per_layer, any_fsdp_unshard
                                     memory_breakdown, micro_batches_per_step, op_recompute, optimizer_sharded,
                                     params_per_device, recomputed_module_bytes, reduce_buffers, shard_groups,
                                     sharded_params, weight_groups)
-from analytical.step.param_bytes import adam_step_bytes_per_param, grad_bytes_per_param
+from analytical.step.param_bytes import adam_step_bytes_per_param, grad_bytes_per_param, sp_gather_bytes_per_element
 from analytical.step.workload import (CORE_SLOTS, GEMM_SLOTS, activation_bytes_per_element, any_expert_tp,
                                       any_parameter_server, attention_core_flops, attention_score_elements, expert_tp,
                                       fuse_jobs, gemm_bytes_per_element, is_kind, is_moe, is_narrow,
@@ -89,11 +89,10 @@ def _links(d: DesignBatch, eff: Efficiency):
 
 def sp_pair_bytes_per_element(d: DesignBatch, elem: torch.Tensor) -> torch.Tensor:
     """`(batch,)` mean bytes an element of a tensor-parallel all-gather + reduce-scatter pair moves: with sequence
-    parallelism under an 8- or 4-bit format the gather moves the quantized GEMM input (Transformer Engine module/
-    layernorm_linear.py `gather_along_first_dim(..., quantizer=)`, base.py "AllGather buffers use fp8 when using fp8
-    recipe"; torchtitan docs/float8.md), the scatter the 16-bit output; else `elem` (an all-reduce of the output)."""
-    narrow_sp = is_narrow(d) * (d.sequence_parallel > 0).to(elem.dtype)
-    return elem + narrow_sp * 0.5 * (gemm_bytes_per_element(d) - elem) if bool(narrow_sp.any()) else elem
+    parallelism the gather's (`param_bytes.sp_gather_bytes_per_element`) and the scatter's 16-bit output; else
+    `elem` (an all-reduce of the output), and `elem` itself where no design of the batch gathers narrow."""
+    narrow_sp = (is_narrow(d) > 0) & (d.sequence_parallel > 0)
+    return torch.where(narrow_sp, 0.5 * (sp_gather_bytes_per_element(d) + elem), elem) if narrow_sp.any() else elem
 
 
 def _on_group(collective, d: DesignBatch, links, bytes_, size, stride) -> torch.Tensor:
@@ -247,7 +246,8 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
 def _output_layer(d: DesignBatch, peak, elem, eff: Efficiency) -> dict[str, torch.Tensor]:
     """Logit GEMMs and the fp32 softmax cross-entropy of one micro-batch on the last stage."""
     not_gemm = 1.0 - is_kind(d, "gemm")
-    logit_fwd = logit_gemm_flops(d) / (sixteen_bit_peak(d, peak) * eff.gemm_peak_fraction) + d.kernel_launch_s * not_gemm
+    logit_fwd = (logit_gemm_flops(d) / (sixteen_bit_peak(d, peak) * eff.gemm_peak_fraction)
+                 + d.kernel_launch_s * not_gemm)
     # an eager fp32 cross-entropy (`fused_cross_entropy` false) moves some 20 more bytes a logit over forward
     # and backward: the fp32 cast, the log-softmax passes, the loss gradient and the cast back
     logit_bytes = elem + 8.0

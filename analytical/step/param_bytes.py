@@ -1,7 +1,8 @@
 """Bytes a parameter holds and moves, per precision and optimizer: the training weights (and an fp8 cast
 copy), the gradients as accumulated and reduced, the optimizer state (master copy and Adam's moments), the
 weights' all-gathers and the Adam step's HBM traffic. Each function returns `(batch,)` bytes per parameter;
-`analytical.step.memory` multiplies them by the parameters a device holds."""
+`analytical.step.memory` multiplies them by the parameters a device holds. And the one activation that a
+narrow format gathers narrow: `sp_gather_bytes_per_element`."""
 
 from __future__ import annotations
 
@@ -97,3 +98,12 @@ def adam_step_bytes_per_param(d: DesignBatch) -> torch.Tensor:
     (master, moment), narrow = state, d.precision > PRECISION_CODES["tf32"]
     in_place = (master == 0) | (d.master_params == MASTER_PARAMS_CODES["remainder"])
     return 8.0 + 2.0 * master + 4.0 * moment + torch.where(narrow, 2.0, 4.0) * (1.0 + in_place.to(master.dtype))
+
+
+@per_evaluation
+def sp_gather_bytes_per_element(d: DesignBatch) -> torch.Tensor:
+    """Bytes an element of a sequence-parallel all-gather (a GEMM's gathered input) moves, `(batch,)`: under an 8- or
+    4-bit format the quantized GEMM input (Transformer Engine module/layernorm_linear.py `gather_along_first_dim(...,
+    quantizer=)`, base.py "AllGather buffers use fp8 when using fp8 recipe"; torchtitan docs/float8.md), else the
+    activations' dtype. The reduce-scatters move the 16-bit GEMM outputs."""
+    return torch.where(is_narrow(d) > 0, gemm_bytes_per_element(d), activation_bytes_per_element(d))
