@@ -151,6 +151,11 @@ class DesignBatch:
     def fields(self) -> dict[str, torch.Tensor]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
+    @property
+    def tracks_grad(self) -> bool:
+        """Whether a field requires a gradient, so that autograd must record an evaluation of the batch."""
+        return any(f.requires_grad for f in self.fields().values())
+
     def replace(self, **changes: torch.Tensor | float) -> "DesignBatch":
         """A copy with some parameters changed; scalars are broadcast to the batch."""
         n = self.batch_size

@@ -35,6 +35,11 @@ class StepResult:
                                       if isinstance(getattr(self, f.name), dict) else fn(getattr(self, f.name)))
                              for f in fields(self)})
 
+    def outside_inference(self) -> "StepResult":
+        """Itself, or where computed under `torch.inference_mode` copies that in-place updates and autograd accept
+        outside it (`torch.cat` of inference tensors makes such copies too)."""
+        return self._map(torch.clone) if self.step_time_s.is_inference() else self
+
     def index(self, idx: torch.Tensor | slice) -> "StepResult":
         """The rows `idx` of every tensor, breakdown dictionaries included."""
         return self._map(lambda v: v[idx])

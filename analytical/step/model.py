@@ -117,18 +117,20 @@ def evaluate(d: DesignBatch, eff: Efficiency = DEFAULT_EFFICIENCY, chunk_size: i
              device: torch.device | str | None = None) -> StepResult:
     """Time, memory and feasibility of one training step for every design of the batch.
 
-    Batches larger than `chunk_size` (default 65,536 designs on a CPU, 1,048,576 on a GPU) are
-    evaluated chunk by chunk (the temporaries of a chunk stay in cache; results are identical) and
-    concatenated. `device` (e.g. `"cuda"`): each chunk is moved there, evaluated in the batch's
-    dtype, and its result moved back to `d`'s device; `None` computes where `d` is.
-    """
+    Batches larger than `chunk_size` (default 65,536 designs on a CPU, 1,048,576 on a GPU) are evaluated chunk by
+    chunk (the temporaries of a chunk stay in cache; results are identical) and concatenated. `device` (e.g.
+    `"cuda"`): each chunk is moved there, evaluated in the batch's dtype, and its result moved back to `d`'s device;
+    `None` computes where `d` is. A batch with nothing to differentiate (`d.tracks_grad` false) is evaluated in
+    `torch.inference_mode`, which skips autograd's dispatch (some 12 % of one design's time); its results come back
+    as ordinary tensors."""
     home = d.tp.device
     target = home if device is None else torch.device(device)
     chunk_size = chunk_size or (65536 if target.type == "cpu" else 1 << 20)
-    if d.batch_size <= chunk_size:
-        return _evaluate_chunk(d.to(target), eff).to(home)
-    return StepResult.cat([_evaluate_chunk(d.index(slice(i, i + chunk_size)).to(target), eff).to(home)
-                           for i in range(0, d.batch_size, chunk_size)])
+    chunks = [d] if d.batch_size <= chunk_size else [d.index(slice(i, i + chunk_size))
+                                                     for i in range(0, d.batch_size, chunk_size)]
+    with torch.inference_mode(not d.tracks_grad):
+        parts = [_evaluate_chunk(chunk.to(target), eff).to(home) for chunk in chunks]
+    return StepResult.cat(parts) if len(parts) > 1 else parts[0].outside_inference()
 
 
 @dataclass
@@ -435,16 +437,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     recompute_flops = recompute_per_layer * d.num_layers * d.global_batch_size
     denominator = step_time * d.num_devices * peak
     return StepResult(
-        step_time_s=step_time,
-        feasible=reason == 0,
-        reason=reason,
-        memory_per_device_bytes=memory_total,
-        mfu=model_flops / denominator,
-        hfu=(model_flops + recompute_flops) / denominator,
-        tokens_per_s=d.global_batch_size * d.seq_length / step_time,
-        model_flops=model_flops,
-        **energy_totals,
-        time_breakdown_s=breakdown,
-        memory_breakdown_bytes=memory,
-        energy_breakdown_j=energy_parts,
-    )
+        step_time_s=step_time, feasible=reason == 0, reason=reason, memory_per_device_bytes=memory_total,
+        mfu=model_flops / denominator, hfu=(model_flops + recompute_flops) / denominator,
+        tokens_per_s=d.global_batch_size * d.seq_length / step_time, model_flops=model_flops, **energy_totals,
+        time_breakdown_s=breakdown, memory_breakdown_bytes=memory, energy_breakdown_j=energy_parts)

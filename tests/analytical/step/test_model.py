@@ -81,6 +81,32 @@ def test_expand_index_and_cat_preserve_results(cases):
     assert torch.equal(evaluate(rebuilt).step_time_s, full.step_time_s)
 
 
+def _all_tensors(result):
+    for name, value in vars(result).items():
+        yield from ((f"{name}.{k}", v) for k, v in value.items()) if isinstance(value, dict) else [(name, value)]
+
+
+def test_a_batch_with_nothing_to_differentiate_skips_autograd_and_returns_ordinary_tensors(cases):
+    """Without a field that requires a gradient the evaluation runs in inference mode; what it returns, in one chunk
+    or in several, is the same numbers as tensors that in-place updates and autograd accept."""
+    batch = stack_designs(*map(list, zip(*cases)))
+    assert not batch.tracks_grad
+    with torch.inference_mode(False), torch.enable_grad():
+        one, chunked = evaluate(batch), evaluate(batch, chunk_size=3)
+    for (name, a), (_, b) in zip(_all_tensors(one), _all_tensors(chunked)):
+        assert not a.is_inference() and not b.is_inference(), name
+        assert torch.equal(a, b), name
+    one.step_time_s[0] = 0.0  # an in-place update outside inference mode: refused on an inference tensor
+    # the same designs with autograd recording (a field that requires a gradient) give the same numbers
+    tracked = batch.replace(hbm_bw_bytes_per_s=batch.hbm_bw_bytes_per_s.clone().requires_grad_(True))
+    assert tracked.tracks_grad
+    graded = evaluate(tracked)
+    assert graded.step_time_s.requires_grad
+    assert torch.equal(graded.step_time_s.detach()[1:], chunked.step_time_s[1:])
+    graded.step_time_s[graded.feasible].sum().backward()
+    assert tracked.hbm_bw_bytes_per_s.grad is not None and bool((tracked.hbm_bw_bytes_per_s.grad <= 0).all())
+
+
 def test_random_designs_are_finite(random_designs_100k):
     d = random_designs_100k
     result = evaluate(d)
