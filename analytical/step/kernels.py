@@ -42,8 +42,10 @@ SPLIT_K_MIN_ELEMENTS = 256.0
 
 def split_k(k: torch.Tensor, tiles: torch.Tensor, compute_units: torch.Tensor) -> torch.Tensor:
     """Parts the reduction is split into for a product of `tiles` output tiles: floor(units / tiles),
-    at most k / 256, at least 1."""
-    parts = torch.minimum(torch.floor(compute_units / tiles), torch.floor(k / SPLIT_K_MIN_ELEMENTS))
+    at most k / 256, at least 1. An empty product (0 tiles) is divided by 1, not 0: its infinite quotient
+    gave autograd 0 x inf = NaN through `floor` (its time is 0 either way)."""
+    per_tile = torch.floor(compute_units / torch.clamp_min(tiles, 1.0))
+    parts = torch.minimum(per_tile, torch.floor(k / SPLIT_K_MIN_ELEMENTS))
     return torch.clamp_min(parts, 1.0)
 
 

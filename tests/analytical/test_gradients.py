@@ -44,3 +44,21 @@ def test_gradients_are_finite_over_random_designs(random_designs_20k):
     grads = torch.autograd.grad(result.step_time_s.sum(), list(xs.values()))
     for field, g in zip(CONTINUOUS, grads):
         assert bool(torch.isfinite(g).all()), field
+
+
+# what the chip derivation makes continuous beside CONTINUOUS (the joint space differentiates through all of them)
+DERIVED = ("compute_units", "tile_m", "tile_n", "sram_bw_bytes_per_s", "peak_fp8_flops_per_s")
+
+
+def test_gradients_through_tiles_waves_and_split_k_are_finite(random_designs_20k):
+    """Every design has empty GEMM slots (0 output tiles: a transformer's recurrent one, a dense model's router);
+    split-K once divided the compute units by their 0 tiles, and autograd's 0 x inf through `floor` made NaN
+    of every gradient that reaches the units or the tiles, although each time was finite."""
+    d = random_designs_20k
+    xs = {f: getattr(d, f).clone().requires_grad_(True) for f in DERIVED}
+    result = evaluate(d.replace(**xs))
+    assert bool(torch.isfinite(result.step_time_s).all())
+    grads = torch.autograd.grad((result.step_time_s + result.energy_j).sum(), list(xs.values()))
+    for field, g in zip(DERIVED, grads):
+        assert bool(torch.isfinite(g).all()), field
+
