@@ -61,4 +61,3 @@ def test_gradients_through_tiles_waves_and_split_k_are_finite(random_designs_20k
     grads = torch.autograd.grad((result.step_time_s + result.energy_j).sum(), list(xs.values()))
     for field, g in zip(DERIVED, grads):
         assert bool(torch.isfinite(g).all()), field
-

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
 from analytical import MappingSpec, stack_designs
 from analytical.step.model import sp_pair_bytes_per_element
 from analytical.step.param_bytes import sp_gather_bytes_per_element
