@@ -35,6 +35,11 @@ class StepResult:
                                       if isinstance(getattr(self, f.name), dict) else fn(getattr(self, f.name)))
                              for f in fields(self)})
 
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor, breakdown dictionaries included, in the order `_map` visits them."""
+        return [t for f in fields(self) for v in [getattr(self, f.name)]
+                for t in (v.values() if isinstance(v, dict) else [v])]
+
     def outside_inference(self) -> "StepResult":
         """Itself, or where computed under `torch.inference_mode` copies that in-place updates and autograd accept
         outside it (`torch.cat` of inference tensors makes such copies too)."""

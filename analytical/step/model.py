@@ -392,16 +392,17 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     if any_fsdp_unsharded(d):
         hidden = hidden & (fsdp_keeps_unsharded(d) == 0)
     window = torch.where(zero3, micro_batches * stage_max, backward_wall)
+    forward_wall = layers_per_stage * pass_fwd + logit_parts["forward_compute"] + offload[0]
+    if bool((d.overlap_ep_comm > 0).any()):
+        # a merged forward-and-backward unit of the 1F1B expert-parallel overlap (`overlap_ep_comm`) hides the
+        # reduction and the weight gather as one (its exposed dispatch is charged to the backward half), with or
+        # without a distributed optimizer's gather
+        merged = (d.overlap_ep_comm > 0) & ~zero3
+        window = torch.where(merged, window + forward_wall, window)
+        dp_gather = None if dp_gather is None else torch.where(merged, 0.0, dp_gather)
     if dp_gather is None:
         overlapped = _exposed(dp_time, window, eff)
     else:
-        forward_wall = layers_per_stage * pass_fwd + logit_parts["forward_compute"] + offload[0]
-        if bool((d.overlap_ep_comm > 0).any()):
-            # a merged forward-and-backward unit of the 1F1B expert-parallel overlap (`overlap_ep_comm`)
-            # hides both as one: its exposed dispatch is charged to the backward half
-            merged = (d.overlap_ep_comm > 0) & ~zero3
-            window = torch.where(merged, window + forward_wall, window)
-            dp_gather = torch.where(merged, 0.0, dp_gather)
         overlapped = _exposed(dp_time - dp_gather, window, eff) + _exposed(dp_gather, forward_wall, eff)
 
     breakdown = {k: micro_batches * v for k, v in stage_parts.items()}

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from analytical import DesignBatch, MappingSpec, SpecError, single_design, stack_designs
+from analytical import DesignBatch, MappingSpec, SpecError, evaluate, single_design, stack_designs
 from analytical.codes import DTYPE, KIND_CODES, PRECISION_CODES, RECOMPUTE_CODES, TOPOLOGY_CODES
+from tests.analytical.conftest import random_design_batch
 
 
 def test_units(a100, system, gpt3, design):
@@ -63,3 +64,16 @@ def test_batch_helpers(a100, h100, system, gpt3, lstm):
     assert torch.equal(changed.tp, torch.tensor([4.0, 4.0], dtype=DTYPE))
     assert torch.equal(changed.hbm_bytes, torch.tensor([1.0, 2.0], dtype=DTYPE))
     assert torch.equal(batch.tp, torch.tensor([1.0, 1.0], dtype=DTYPE))  # the original is untouched
+
+
+def test_each_design_of_a_mixed_batch_evaluates_as_it_does_alone():
+    """The terms skipped where no design of a chunk needs them change no design's numbers: a design's result does
+    not depend on the designs beside it (it did: 26 of 600 randomised modern_runs designs with the expert-parallel
+    overlap and no distributed optimizer, up to 2.6 % in step time, before 1F1B's merged window stopped depending on
+    whether another design of the batch gathered its weights)."""
+    designs = random_design_batch(400, seed=12)
+    together = evaluate(designs)
+    for i in range(designs.batch_size):
+        alone = evaluate(designs.index(slice(i, i + 1)))
+        for mixed, single in zip(together.tensors(), alone.tensors()):
+            assert torch.equal(mixed[i:i + 1], single) or (mixed[i].isnan() & single[0].isnan()), i
