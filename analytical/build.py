@@ -148,7 +148,7 @@ def stack_designs(accelerators: Sequence[AcceleratorSpec], systems: Sequence[Sys
         rows.append(_row(acc, sys_, mod, mp))
     names = list(rows[0])
     table = torch.tensor([[r[k] for k in names] for r in rows], dtype=DTYPE)
-    return DesignBatch(**{k: table[:, i].contiguous() for i, k in enumerate(names)})
+    return DesignBatch(**dict(zip(names, table.t().contiguous().unbind(0))))  # each field a contiguous row
 
 
 def single_design(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,

@@ -199,6 +199,7 @@ def per_precision(d: DesignBatch, prefix: str, suffix: str) -> torch.Tensor:
 # ---- per-evaluation memoization of derived terms: `evaluate` computes each derived tensor (the local
 # tokens, a layer's parameters, ...) once per chunk, however many terms use it
 _MEMO = "_per_evaluation_memo"
+_MISSING = object()
 
 
 def memoizing(d: DesignBatch) -> DesignBatch:
@@ -219,12 +220,36 @@ def per_evaluation(fn):
         memo = d.__dict__.get(_MEMO)
         if memo is None or kwargs:
             return fn(d, *args, **kwargs)
-        key = (fn, *args)
-        if key not in memo:
-            memo[key] = fn(d, *args)
-        return memo[key]
+        key = (fn, *args) if args else fn
+        out = memo.get(key, _MISSING)
+        if out is _MISSING:
+            out = memo[key] = fn(d, *args)
+        return out
 
     return wrapper
+
+
+# fields whose value at every design of a chunk lets `evaluate` skip a term's work (their "off" value: a term
+# priced only where a design sets the field above it); `any_set` reads them all in one pass over the chunk
+OFF_VALUES = {"peak_exp_per_s": 0.0, "ep_dispatcher": 0.0, "overlap_ep_comm": 0.0, "offload_layers": 0.0,
+              "host_link_bw_bytes_per_s": 0.0, "straggler_cv": 0.0, "fp8_param_gather": 0.0,
+              "optimizer_state_dtype": 0.0, "master_params": 0.0, "dp_shard": 0.0, "recompute_layers": 0.0,
+              "etp": 0.0, "fused_jobs": 1.0, "dp_mode": 0.0, "window_size": 0.0, "elementwise": 0.0,
+              "activation_clamp": 0.0, "linear_bias": 0.0, "sp_keeps_gathered_input": 0.0}
+
+
+@per_evaluation
+def _set_fields(d: DesignBatch) -> dict[str, bool]:
+    values = torch.stack([getattr(d, name) for name in OFF_VALUES], dim=-1)  # batch x fields
+    off = torch.tensor(tuple(OFF_VALUES.values()), dtype=values.dtype, device=values.device)
+    return dict(zip(OFF_VALUES, (values > off).any(0).tolist()))
+
+
+def any_set(d: DesignBatch, name: str) -> bool:
+    """Whether some design of the batch sets the field `name` above its off value (`OFF_VALUES`). One
+    evaluation reads every such field in one pass and one host synchronisation, where a check per term costs
+    three tensor operations and a synchronisation each (most of a single design's skip checks)."""
+    return _set_fields(d)[name]
 
 
 @per_evaluation

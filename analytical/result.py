@@ -42,8 +42,12 @@ class StepResult:
 
     def outside_inference(self) -> "StepResult":
         """Itself, or where computed under `torch.inference_mode` copies that in-place updates and autograd accept
-        outside it (`torch.cat` of inference tensors makes such copies too)."""
-        return self._map(torch.clone) if self.step_time_s.is_inference() else self
+        outside it (`torch.cat` of inference tensors makes such copies too): the floating tensors copied in one
+        `torch.stack` (rows of one new tensor), the others cloned."""
+        if not self.step_time_s.is_inference():
+            return self
+        copies = iter(torch.stack([t for t in self.tensors() if t.is_floating_point()]).unbind(0))
+        return self._map(lambda t: next(copies) if t.is_floating_point() else t.clone())
 
     def index(self, idx: torch.Tensor | slice) -> "StepResult":
         """The rows `idx` of every tensor, breakdown dictionaries included."""

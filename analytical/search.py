@@ -413,7 +413,7 @@ def _fastest_mappings(designs: DesignBatch, top_k: int, opt: SearchOptions, eff:
     kept_idx, kept_results, num_feasible = [], [], 0
     with torch_threads(opt.num_threads):
         for lo in range(0, n, opt.chunk_size):
-            chunk = designs.index(slice(lo, min(n, lo + opt.chunk_size)))
+            chunk = designs if n <= opt.chunk_size else designs.index(slice(lo, min(n, lo + opt.chunk_size)))
             res = evaluate(chunk, eff)
             num_feasible += int(res.feasible.sum())
             local = _fastest_feasible(res.step_time_s, res.feasible, top_k)

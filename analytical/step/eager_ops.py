@@ -90,7 +90,7 @@ from typing import NamedTuple
 import torch
 
 from analytical.codes import ELEMENTWISE_CODES, FFN_CODES
-from analytical.design import DesignBatch, per_evaluation, sequence_parallel_divisor
+from analytical.design import DesignBatch, any_set, per_evaluation, sequence_parallel_divisor
 from analytical.step.attention import attention_out_width, head_dim, is_mla
 from analytical.step.param_bytes import sp_gather_bytes_per_element
 from analytical.step.workload import (
@@ -216,7 +216,7 @@ def eager_saved_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     keeps for the backward pass beyond the fused kernels' set, per layer, micro-batch and device, and the
     norms' and activation's share of it (what selective recompute re-runs rather than keeps). Zeros where
     `elementwise` is fused (see the module docstring)."""
-    if not bool((d.elementwise != ELEMENTWISE_CODES["fused"]).any()):
+    if not any_set(d, "elementwise"):
         zero = torch.zeros_like(d.tp)
         return zero, zero
     m = _eager_modules(d)
@@ -230,6 +230,9 @@ def eager_saved_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
 def eager_ops(d: DesignBatch) -> EagerOps:
     """The eager traffic of one layer (see the module docstring)."""
     zero = torch.zeros_like(d.tp)
+    if not (any_set(d, "activation_clamp") or any_set(d, "linear_bias") or any_set(d, "elementwise")
+            or any_set(d, "sp_keeps_gathered_input") or bool((d.rope_mscale != 1.0).any())):
+        return EagerOps(zero, zero, zero, zero, zero)  # (every design fused: the common case, no more work)
     clamped = (d.activation_clamp > 0) & (d.fused_expert_mlp == 0) & (is_swiglu(d) > 0)
     biased = (d.linear_bias > 0) & (d.fused_expert_mlp == 0) & (is_moe(d) > 0)
     eager = d.elementwise != ELEMENTWISE_CODES["fused"]
@@ -247,11 +250,11 @@ def eager_ops(d: DesignBatch) -> EagerOps:
         forward_kernels=clamped * CLAMP_KERNELS[0] + biased * (2.0 * local_experts + 1.0),
         backward_kernels=clamped * CLAMP_KERNELS[1] + biased * 2.0 * local_experts,
         recompute_bytes=CLAMP_PASSES[0] * up_out)
-    if bool(eager.any()):
+    if any_set(d, "elementwise"):
         ops = _add(ops, _elementwise(d, elem))
     if bool(rope.any()):
         ops = _add(ops, _unfused_rope(d, elem))
-    if bool(dtensor.any()):
+    if any_set(d, "sp_keeps_gathered_input"):
         ops = _add(ops, _dtensor_sp(d, elem))
     return ops
 

@@ -34,7 +34,7 @@ from analytical.chip import silicon
 from analytical.chip.tech_types import LogicNode
 from analytical.chip.technology import link_tech, logic_node, memory_tech
 from analytical.codes import RECOMPUTE_CODES, TOPOLOGY_CODES, Reason
-from analytical.design import DesignBatch, per_precision, sequence_parallel_divisor
+from analytical.design import DesignBatch, any_set, per_precision, sequence_parallel_divisor
 from analytical.specs import PEAK_FORMATS, AcceleratorSpec
 from analytical.step import collectives as coll
 from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
@@ -200,7 +200,7 @@ def link_traversals(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _slots(g: Gemms, live: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     """`(batch, slots)` per-slot `value` x serial repetitions, 0 in the empty slots."""
-    return torch.where(live, value * g.serial, torch.zeros_like(value))
+    return torch.where(live, value * g.serial, 0.0)
 
 
 def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -340,7 +340,7 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     sp_div = sequence_parallel_divisor(d)
     token_bytes = tokens * d.hidden_size * elem * moe / sp_div
     ep = all_to_all_link_bytes(token_bytes * routed_copies(d), d.ep, expert_tp(d), domain)
-    if bool((d.ep_dispatcher > 0).any()):  # (skipped where no design deduplicates its dispatch)
+    if any_set(d, "ep_dispatcher"):  # (skipped where no design deduplicates its dispatch)
         dedup = dispatch_link_bytes(token_bytes * routed_copies(d) / d.top_k, d.top_k, d.moe_router_num_groups,
                                     d.moe_router_group_topk, d.ep, expert_tp(d), domain)
         ep = tuple(torch.where(d.ep_dispatcher > 0, x, y) for x, y in zip(dedup, ep))
@@ -418,4 +418,4 @@ def power_reason(reason: torch.Tensor, avg_power_w: torch.Tensor, tdp_w: torch.T
     """POWER_OVER_BUDGET where a design passing every earlier rule averages more than its budget
     (`tdp_w` > 0; 0 means no budget)."""
     over = (reason == 0) & (tdp_w > 0) & (avg_power_w > tdp_w)
-    return torch.where(over, torch.full_like(reason, int(Reason.POWER_OVER_BUDGET)), reason)
+    return torch.where(over, int(Reason.POWER_OVER_BUDGET), reason)

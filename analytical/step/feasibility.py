@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from analytical.codes import KIND_CODES, Reason
-from analytical.design import DesignBatch, per_precision
+from analytical.design import DesignBatch, any_set, per_precision
 from analytical.step.cnn import any_cnn
 from analytical.step.workload import any_fused, any_parameter_server, expert_tp
 
@@ -53,14 +53,14 @@ def mapping_reasons(d: DesignBatch, peak_flops_per_s: torch.Tensor) -> torch.Ten
     if any_parameter_server(d):  # parameter servers take whole (unsharded) gradients: plain data parallelism
         checks.insert(after, (Reason.PARAMETER_SERVER_INVALID, (d.dp_mode == 0) | (
             (d.ps_shards >= 1) & (d.zero_stage == 0) & (d.distributed_optimizer == 0))))
-    if bool((d.dp_shard > 0).any()):  # HSDP: dp_shard shards times dp / dp_shard replicas make dp
+    if any_set(d, "dp_shard"):  # HSDP: dp_shard shards times dp / dp_shard replicas make dp
         checks.insert(after, (Reason.DP_SHARD_INVALID, (d.dp_shard == 0) | _divides(d.dp_shard, d.dp)))
     if any_fused(d):  # HFTA fuses jobs that each run on one device (Wang et al. MLSys 2021, sec. 3)
         single_device = (d.tp == 1) & (d.pp == 1) & (d.cp == 1) & (d.ep == 1) & (d.dp == 1)
         checks.insert(after, (Reason.FUSED_JOBS_INVALID, (d.fused_jobs == 1) | single_device))
     reason = torch.zeros(d.batch_size, dtype=torch.int64, device=d.tp.device)
     for code, holds in reversed(checks):  # earlier rules overwrite later ones
-        reason = torch.where(holds, reason, torch.full_like(reason, int(code)))
+        reason = torch.where(holds, reason, int(code))
     return reason
 
 

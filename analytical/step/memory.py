@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from analytical.codes import RECOMPUTE_CODES
-from analytical.design import DesignBatch, sequence_parallel_divisor
+from analytical.design import DesignBatch, any_set, sequence_parallel_divisor
 from analytical.step.attention import (any_mla, attention_out_width, attention_width, latent_activation_bytes_per_token,
                                        qkv_projection_width)
 from analytical.step.cnn import any_cnn, cnn_terms
@@ -126,7 +126,7 @@ def weight_groups(d: DesignBatch, params: torch.Tensor) -> tuple[tuple[torch.Ten
 def hsdp_replicas(d: DesignBatch) -> torch.Tensor | None:
     """Replicas of the sharded states under HSDP (`dp_shard` > 0): dp / dp_shard, else 1, `(batch,)`;
     None where no design of the batch sets dp_shard (every sharded state then splits over its whole group)."""
-    if not bool((d.dp_shard > 0).any()):
+    if not any_set(d, "dp_shard"):
         return None
     return torch.where(d.dp_shard > 0, torch.clamp_min(d.dp / torch.clamp_min(d.dp_shard, 1.0), 1.0), 1.0)
 
@@ -215,7 +215,7 @@ def full_recompute_share(d: DesignBatch) -> torch.Tensor:
     """Share of each stage's layers that full recompute rebuilds (`(batch,)`): 0 unless recompute is
     full; `recompute_layers` of the stage's layers when set, else all of them."""
     full = (d.recompute == RECOMPUTE_CODES["full"]).to(d.tp.dtype)
-    if not bool((d.recompute_layers > 0).any()):
+    if not any_set(d, "recompute_layers"):
         return full
     share = torch.where(d.recompute_layers > 0, torch.clamp_max(d.recompute_layers / stage_layers(d), 1.0), 1.0)
     return full * share

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from analytical.codes import CUDA_GRAPH_CODES, DP_MODE_CODES, RECOMPUTE_CODES, Reason
-from analytical.design import DesignBatch, memoizing, sequence_parallel_divisor
+from analytical.design import DesignBatch, any_set, memoizing, sequence_parallel_divisor
 from analytical.result import StepResult
 from analytical.step import collectives as coll
 from analytical.step import energy
@@ -56,27 +56,24 @@ def _eager(d: DesignBatch) -> torch.Tensor:
     return (d.cuda_graph != CUDA_GRAPH_CODES["full"]).to(d.tp.dtype)
 
 
-def _gemm_table_time_s(tables, d: DesignBatch, peak: torch.Tensor, eff: Efficiency,
+def _gemm_table_time_s(gemms, d: DesignBatch, peak: torch.Tensor, eff: Efficiency,
                        live: torch.Tensor) -> list[torch.Tensor]:
-    """`(batch, slots)` time of each GEMM slot of each table of `tables`, serial repetitions
-    included. Only the `live` slots (non-empty for some design of the batch) are computed, the
-    tables side by side in one `(batch, tables * live slots)` pass; the others cost 0."""
+    """`(batch, slots)` time of each GEMM slot of the forward, input-gradient and weight-gradient tables
+    (`Gemms.backward`), serial repetitions included. Only the `live` slots (non-empty for some design of the batch)
+    are computed, the three tables stacked in one `(3, batch, live slots)` pass; the others cost 0."""
     every = bool(live.all())
-    m, n, k, count, serial = (torch.cat([(getattr(g, f) if every else getattr(g, f)[:, live]) for g in tables], -1)
-                              for f in ("m", "n", "k", "count", "serial"))
+    m, n, k, count, serial = (x if every else x[:, live] for x in (gemms.m, gemms.n, gemms.k, gemms.count,
+                                                                     gemms.serial))
     col = lambda x: x.unsqueeze(-1)  # noqa: E731  ((batch,) -> (batch, 1), against the slots)
-    t = gemm_time_s(m, n, k, count, col(peak), col(d.compute_units), col(d.tile_m), col(d.tile_n),
-                    col(d.hbm_bw_bytes_per_s), col(d.sram_bw_bytes_per_s), col(d.kernel_launch_s),
-                    col(gemm_bytes_per_element(d)), eff, col(gemm_peak_fraction(d, eff))) * serial
-    parts = t.chunk(len(tables), -1)
+    t = gemm_time_s(torch.stack([m, m, k]), torch.stack([n, k, n]), torch.stack([k, n, m]), count, col(peak),
+                    col(d.compute_units), col(d.tile_m), col(d.tile_n), col(d.hbm_bw_bytes_per_s),
+                    col(d.sram_bw_bytes_per_s), col(d.kernel_launch_s), col(gemm_bytes_per_element(d)), eff,
+                    col(gemm_peak_fraction(d, eff))) * serial
     if every:
-        return list(parts)
-    outs = []
-    for part in parts:
-        out = torch.zeros_like(tables[0].m)
-        out[:, live] = part
-        outs.append(out)
-    return outs
+        return list(t)
+    out = t.new_zeros((3, *gemms.m.shape))
+    out[..., live] = t
+    return list(out)
 
 
 def _links(d: DesignBatch, eff: Efficiency):
@@ -151,9 +148,8 @@ class _Layer:
 
 def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer:
     """GEMMs (forward, input- and weight-gradient), memory-bound kernels and fused attention."""
-    dgrad, wgrad = gemms.backward()
     live = (gemms.m * gemms.n * gemms.k * gemms.count > 0).any(0)
-    fwd_slots, dgrad_slots, wgrad_slots = _gemm_table_time_s((gemms, dgrad, wgrad), d, peak, eff, live)
+    fwd_slots, dgrad_slots, wgrad_slots = _gemm_table_time_s(gemms, d, peak, eff, live)
     bwd_slots = dgrad_slots + wgrad_slots
     mb_bytes, mb_kernels = memory_bound_bytes_per_layer(d)
     fwd_mem = memory_bound_time_s(mb_bytes, mb_kernels, d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
@@ -164,7 +160,7 @@ def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer
                                        d.kernel_launch_s, eff)
     flash_bwd = flash_attention_time_s(2.5 * core_flops, 2.0 * qkvo_bytes, attn_peak, d.hbm_bw_bytes_per_s,
                                        d.kernel_launch_s, eff)  # FA2 backward: 5 of the 2 fwd matmuls
-    if bool((d.peak_exp_per_s > 0).any()):  # one softmax exponential a score forward and one backward
+    if any_set(d, "peak_exp_per_s"):  # one softmax exponential a score forward and one backward
         exp_s = softmax_exp_time_s(attention_score_elements(d) * d.flash_attention, d.peak_exp_per_s)
         flash_fwd, flash_bwd = flash_fwd + exp_s, flash_bwd + exp_s
     unfused = (1.0 - d.flash_attention) * is_kind(d, "transformer")
@@ -221,7 +217,7 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
     token_bytes = tokens * d.hidden_size * elem / sp_div
     # the ep group: ranks etp apart (Megatron-Core's expert grid, tp-ep-dp-pp with etp in tp's place)
     ep_a2a = _on_group(coll.group_all_to_all_time_s, d, links, token_bytes * routed_copies(d), d.ep, expert_tp(d))
-    if bool((d.ep_dispatcher > 0).any()):  # (skipped where no design of the chunk deduplicates)
+    if any_set(d, "ep_dispatcher"):  # (skipped where no design of the chunk deduplicates)
         dedup = coll.group_dispatch_time_s(token_bytes * routed_copies(d) / d.top_k, d.top_k, d.moe_router_num_groups,
                                            d.moe_router_group_topk, d.ep, expert_tp(d), d.scale_up_domain, *links)
         ep_a2a = torch.where(d.ep_dispatcher > 0, dedup, ep_a2a)
@@ -237,7 +233,7 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
     comm = {"tp_fwd": tp_fwd, "tp_bwd": tp_bwd, "cp_fwd": cp_fwd, "cp_bwd": cp_bwd,
             "ep_fwd": 2.0 * ep_a2a, "ep_bwd": 2.0 * ep_a2a}
     ep_hide = d.overlap_ep_comm
-    if bool((ep_hide > 0).any()):  # (skipped where no design of the chunk overlaps)
+    if any_set(d, "overlap_ep_comm"):  # (skipped where no design of the chunk overlaps)
         free = (torch.relu(layer.forward - (tp_pair - tp_fwd) - (cp_ag - cp_fwd))
                 + torch.relu(layer.backward - (tp_pair - tp_bwd) - (2.0 * cp_ag - cp_bwd)))
         merged = _exposed(4.0 * ep_a2a, free, eff)
@@ -266,7 +262,7 @@ def _pipeline_p2p_s(d: DesignBatch, links, elem, micro_batches) -> torch.Tensor:
     `overlap_pp_comm`. With Megatron's scatter-gather each tp rank sends 1/tp of the activation."""
     pp_bw, pp_alpha = coll.p2p_link(d.pp, d.tp * d.cp * d.dp, d.scale_up_domain, *links)
     p2p_bytes = local_tokens(d) * d.hidden_size * elem / d.tp
-    p2p = torch.where(d.pp > 1, coll.p2p_time_s(p2p_bytes, pp_bw, pp_alpha), torch.zeros_like(d.pp))
+    p2p = torch.where(d.pp > 1, coll.p2p_time_s(p2p_bytes, pp_bw, pp_alpha), 0.0)
     steady = micro_batches * d.vp * (1.0 - d.overlap_pp_comm)
     return 2.0 * p2p * (steady + d.pp - 1.0)
 
@@ -321,12 +317,14 @@ def _data_parallel_time_s(d: DesignBatch, params, links, eff: Efficiency) -> tup
 def _optimizer_time_s(d: DesignBatch, params, eff: Efficiency) -> torch.Tensor:
     """Adam over this device's (possibly sharded) parameters: a memory-bound multi-tensor kernel."""
     opt_params = sharded_params(d, weight_groups(d, params), optimizer_sharded(d))
-    return memory_bound_time_s(opt_params * adam_step_bytes_per_param(d), torch.full_like(d.dp, 4.0),
+    return memory_bound_time_s(opt_params * adam_step_bytes_per_param(d), 4.0,
                                d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
 
 
 def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
-    d = memoizing(fuse_jobs(d))  # derived terms (local tokens, layer parameters, ...) computed once per chunk
+    d = memoizing(d)  # derived terms (local tokens, layer parameters, ...) computed once per chunk
+    fused = fuse_jobs(d)
+    d = d if fused is d else memoizing(fused)
     peak_raw = peak_for_precision(d)
     peak = torch.clamp_min(peak_raw, 1e9)  # keeps unsupported precisions finite; flagged below
     elem = activation_bytes_per_element(d)
@@ -371,7 +369,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     stage_parts = {k: layers_per_stage * v + logit_parts[k] if k in logit_parts else layers_per_stage * v
                    for k, v in layer_parts.items()}
     offload = (0.0, 0.0)  # the offloaded layers' copies to the host and back (`offload_wait_s`) that show
-    if bool((d.offload_layers > 0).any()) and bool((d.host_link_bw_bytes_per_s > 0).any()):
+    if any_set(d, "offload_layers") and any_set(d, "host_link_bw_bytes_per_s"):
         waits = offload_wait_s(activation_bytes_per_layer(d), d.host_link_bw_bytes_per_s, pass_fwd, pass_bwd,
                                d.overlap_ep_comm)
         offload = tuple(torch.minimum(d.offload_layers, layers_per_stage) * wait for wait in waits)
@@ -393,7 +391,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
         hidden = hidden & (fsdp_keeps_unsharded(d) == 0)
     window = torch.where(zero3, micro_batches * stage_max, backward_wall)
     forward_wall = layers_per_stage * pass_fwd + logit_parts["forward_compute"] + offload[0]
-    if bool((d.overlap_ep_comm > 0).any()):
+    if any_set(d, "overlap_ep_comm"):
         # a merged forward-and-backward unit of the 1F1B expert-parallel overlap (`overlap_ep_comm`) hides the
         # reduction and the weight gather as one (its exposed dispatch is charged to the backward half), with or
         # without a distributed optimizer's gather
@@ -412,7 +410,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
                      optimizer=_optimizer_time_s(d, params, eff))
     breakdown = {k: breakdown[k] for k in TIME_PARTS}
     step_time = _total(breakdown.values())
-    if bool((d.straggler_cv > 0).any()):  # the synchronous step waits for its slowest worker
+    if any_set(d, "straggler_cv"):  # the synchronous step waits for its slowest worker
         wait = coll.straggler_wait_s(d.num_devices, d.straggler_cv, d.staleness,
                                      (d.dp_mode != DP_MODE_CODES["ps_async"]).to(step_time.dtype), step_time)
         breakdown["dp_comm"] = breakdown["dp_comm"] + wait
@@ -422,7 +420,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     memory_total = _total(memory.values())
     reason = mapping_reasons(d, peak_raw)
     oom = memory_total > d.hbm_bytes
-    reason = torch.where((reason == 0) & oom, torch.full_like(reason, int(Reason.OUT_OF_MEMORY)), reason)
+    reason = torch.where((reason == 0) & oom, int(Reason.OUT_OF_MEMORY), reason)
     energy_parts = energy.step_energy(d, gemms, params, step_time, step_time - breakdown["pipeline_bubble"])
     energy_totals = energy.energy_summary(d, energy_parts, step_time)
     reason = energy.power_reason(reason, energy_totals["avg_power_w"], d.tdp_w)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from analytical.codes import MASTER_PARAMS_CODES, PRECISION_CODES
-from analytical.design import DesignBatch, per_evaluation
+from analytical.design import DesignBatch, any_set, per_evaluation
 from analytical.step.workload import activation_bytes_per_element, gemm_bytes_per_element, is_narrow
 
 
@@ -19,7 +19,7 @@ def fp8_gathers(d: DesignBatch) -> torch.Tensor | None:
     weights of Megatron's distributed optimizer (`fp8_primary_weights`) or, under FSDP, FSDP2's float8
     all-gather (torchao / torchtitan `enable_fsdp_float8_all_gather`: each rank casts its 16-bit shard to fp8
     before the gather), else 0.0; None where no design of the batch has them."""
-    if not bool((d.fp8_param_gather > 0).any()):
+    if not any_set(d, "fp8_param_gather"):
         return None
     on = (d.fp8_param_gather > 0) & (d.precision == PRECISION_CODES["fp8"]) & ((d.zero_stage < 3) | (d.fsdp > 0))
     return on.to(d.tp.dtype)
@@ -70,7 +70,7 @@ MASTER_BYTES = (4.0, 2.0, 2.0, 0.0)  # a weight's optimizer copy in each of MAST
 def optimizer_state_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor] | None:
     """`(master, moment)` `(batch,)` each: bytes of the optimizer's copy of a weight (none when training in fp32 or
     tf32: the weights are their own) and of each of Adam's two moments; None where every design keeps fp32 ones."""
-    if not bool((d.optimizer_state_dtype + d.master_params).any()):
+    if not (any_set(d, "optimizer_state_dtype") or any_set(d, "master_params")):
         return None
     table = lambda codes, t: torch.tensor(t, dtype=codes.dtype, device=codes.device)[codes.long()]  # noqa: E731
     narrow = d.precision > PRECISION_CODES["tf32"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from analytical.codes import FFN_CODES, KIND_CODES, PRECISION_CODES
-from analytical.design import DesignBatch, per_evaluation, sequence_parallel_divisor
+from analytical.design import DesignBatch, any_set, per_evaluation, sequence_parallel_divisor
 from analytical.step.attention import (attention_out_width, attention_params, attention_width, head_dim,
                                        qk_head_dim, qkv_projection_width, value_head_dim)
 from analytical.step.cnn import any_cnn, cnn_terms
@@ -108,7 +108,7 @@ def is_moe(d: DesignBatch) -> torch.Tensor:
 def expert_tp(d: DesignBatch) -> torch.Tensor:
     """Ranks each expert's weights are split over: `etp` in MoE layers where it is set (Megatron-Core's
     expert_tensor_parallel_size), else tp (its default, and every dense MLP)."""
-    if not bool((d.etp > 0).any()):
+    if not any_set(d, "etp"):
         return d.tp
     return torch.where((d.etp > 0) & (d.num_experts > 1), d.etp, d.tp)
 
@@ -236,12 +236,12 @@ def layer_gemms(d: DesignBatch) -> Gemms:
 
 @per_evaluation
 def any_fused(d: DesignBatch) -> bool:
-    return bool((d.fused_jobs > 1).any())
+    return any_set(d, "fused_jobs")
 
 
 @per_evaluation
 def any_parameter_server(d: DesignBatch) -> bool:
-    return bool((d.dp_mode > 0).any())
+    return any_set(d, "dp_mode")
 
 
 def _fused(d: DesignBatch, gemms: Gemms) -> Gemms:
@@ -270,7 +270,7 @@ def logit_gemm_flops(d: DesignBatch) -> torch.Tensor:
 @per_evaluation
 def any_window(d: DesignBatch) -> bool:
     """Whether any design of the batch has sliding-window attention (else none of its terms is computed)."""
-    return bool((d.window_size > 0).any())
+    return any_set(d, "window_size")
 
 
 @per_evaluation

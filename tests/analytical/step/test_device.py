@@ -2,43 +2,36 @@
 
 No GPU is needed: PyTorch's `meta` device stands in for one. A constant the model made on the CPU
 meets a meta tensor and PyTorch refuses the mix, exactly as a CUDA tensor would; the few
-data-dependent branches (`bool(tensor.any())`) are all taken on meta.
+data-dependent branches (`bool(tensor.any())`, `analytical.design.any_set`'s `tolist`) are all taken on meta.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
 from analytical import evaluate
-from analytical.result import StepResult
 from tests.analytical.conftest import random_design_batch
 
 
 class _EveryBranch(TorchFunctionMode):
-    """`bool()` / `item()` of a meta tensor (which has no values) answer True: every skip-when-absent
-    branch of the model runs."""
+    """`bool()` / `item()` of a meta tensor (which has no values) answer True, and `tolist()` a list of True:
+    every skip-when-absent branch of the model runs."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func in (torch.Tensor.__bool__, torch.Tensor.item) and args[0].device.type == "meta":
             return True
+        if func is torch.Tensor.tolist and args[0].device.type == "meta":
+            return torch.ones(args[0].shape, dtype=torch.bool).tolist()
         return func(*args, **(kwargs or {}))
-
-
-def _tensors(result: StepResult):
-    for f in dataclasses.fields(result):
-        value = getattr(result, f.name)
-        yield from (value.values() if isinstance(value, dict) else [value])
 
 
 def test_every_tensor_of_an_evaluation_stays_on_the_batchs_device():
     designs = random_design_batch(64, seed=3)  # every kind, MoE, MLA, dispatcher and precision
     with _EveryBranch():
         result = evaluate(designs.to("meta"))
-    for tensor in _tensors(result):
+    for tensor in result.tensors():
         assert tensor.device.type == "meta" and tensor.shape[0] == 64
 
 
