@@ -71,18 +71,29 @@ class StepResult:
 
     def row(self, i: int) -> dict:
         """Plain-Python record of design i (for reports and JSON)."""
-        return {
-            "step_time_s": float(self.step_time_s[i]),
-            "feasible": bool(self.feasible[i]),
-            "reason": Reason(int(self.reason[i])).name.lower(),
-            "memory_per_device_bytes": float(self.memory_per_device_bytes[i]),
-            "mfu": float(self.mfu[i]),
-            "hfu": float(self.hfu[i]),
-            "tokens_per_s": float(self.tokens_per_s[i]),
-            "breakdown": {k: float(v[i]) for k, v in self.time_breakdown_s.items()},
-            "memory_breakdown": {k: float(v[i]) for k, v in self.memory_breakdown_bytes.items()},
-            "energy_j": float(self.energy_j[i]),
-            "energy_per_token_j": float(self.energy_per_token_j[i]),
-            "avg_power_w": float(self.avg_power_w[i]),
-            "energy_breakdown": {k: float(v[i]) for k, v in self.energy_breakdown_j.items()},
-        }
+        return _record(self, i)
+
+    def rows(self) -> list[dict]:
+        """`row` of every design, reading each tensor once (one `tolist`, not one element read per design and
+        tensor)."""
+        lists = self._map(lambda t: t.tolist())
+        return [_record(lists, i) for i in range(len(lists.step_time_s))]
+
+
+def _record(r: StepResult, i: int) -> dict:
+    """Design i's record from `r`, whose fields hold tensors or (`StepResult.rows`) lists."""
+    return {
+        "step_time_s": float(r.step_time_s[i]),
+        "feasible": bool(r.feasible[i]),
+        "reason": Reason(int(r.reason[i])).name.lower(),
+        "memory_per_device_bytes": float(r.memory_per_device_bytes[i]),
+        "mfu": float(r.mfu[i]),
+        "hfu": float(r.hfu[i]),
+        "tokens_per_s": float(r.tokens_per_s[i]),
+        "breakdown": {k: float(v[i]) for k, v in r.time_breakdown_s.items()},
+        "memory_breakdown": {k: float(v[i]) for k, v in r.memory_breakdown_bytes.items()},
+        "energy_j": float(r.energy_j[i]),
+        "energy_per_token_j": float(r.energy_per_token_j[i]),
+        "avg_power_w": float(r.avg_power_w[i]),
+        "energy_breakdown": {k: float(v[i]) for k, v in r.energy_breakdown_j.items()},
+    }

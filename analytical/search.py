@@ -319,11 +319,29 @@ def enumerate_mappings_of(design: DesignBatch, options: Optional[SearchOptions] 
 
 def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -> MappingSpec:
     """The `MappingSpec` of design `i` of a batch (dp explicit), e.g. to print it or evaluate it again."""
+    return _mapping_from_values(lambda field: float(getattr(batch, field)[i]), name)
+
+
+def mappings_from_batch(batch: DesignBatch) -> list[MappingSpec]:
+    """`mapping_from_batch` of every design of a batch, reading each field once (one `tolist`, not one element
+    read per design and field)."""
+    columns: dict[str, list[float]] = {}
+
+    def column(field: str) -> list[float]:
+        if field not in columns:
+            columns[field] = getattr(batch, field).tolist()
+        return columns[field]
+
+    return [_mapping_from_values(lambda field: column(field)[i]) for i in range(batch.batch_size)]
+
+
+def _mapping_from_values(value, name: Optional[str] = None) -> MappingSpec:
+    """A validated `MappingSpec` from `value(field)`, a design's float value of each mapping field."""
     def num(field: str) -> int:
-        return int(round(float(getattr(batch, field)[i])))
+        return int(round(value(field)))
 
     def flag(field: str) -> bool:
-        return bool(float(getattr(batch, field)[i]) != 0.0)
+        return bool(value(field) != 0.0)
 
     mapping = MappingSpec(
         name=name or f"tp{num('tp')}-pp{num('pp')}-dp{num('dp')}-cp{num('cp')}",
@@ -341,7 +359,7 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
         fp8_param_gather=flag("fp8_param_gather"), cuda_graph=CUDA_GRAPHS[num("cuda_graph")],
         fp8_attention=flag("fp8_attention"), fused_expert_mlp=flag("fused_expert_mlp"),
         elementwise=ELEMENTWISE[num("elementwise")], attention_kernel=ATTENTION_KERNELS[num("attention_kernel")],
-        dp_shard=num("dp_shard"), moe_capacity_factor=float(batch.moe_capacity_factor[i]),
+        dp_shard=num("dp_shard"), moe_capacity_factor=value("moe_capacity_factor"),
         moe_pad_to_capacity=flag("moe_pad_to_capacity"),
         optimizer_state_dtype=OPTIMIZER_STATE_DTYPES[num("optimizer_state_dtype")],
         master_params=MASTER_PARAMS[num("master_params")], sp_keeps_gathered_input=flag("sp_keeps_gathered_input"))
@@ -426,8 +444,8 @@ def _fastest_mappings(designs: DesignBatch, top_k: int, opt: SearchOptions, eff:
     pick = _fastest_feasible(candidates.step_time_s, candidates.feasible, top_k)
     top_designs = designs.index(cand_idx[pick])
     top_result = candidates.index(pick)
-    mappings = [mapping_from_batch(top_designs, i) for i in range(top_designs.batch_size)]
-    rows = [top_result.row(i) for i in range(top_designs.batch_size)]
+    mappings = mappings_from_batch(top_designs)
+    rows = top_result.rows()
     return SearchResult(designs=top_designs, result=top_result, mappings=mappings, rows=rows,
                         num_enumerated=n, num_feasible=num_feasible,
                         search_s=time.perf_counter() - start)

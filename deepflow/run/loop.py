@@ -37,8 +37,7 @@ def verify(space, objective: Objective, X: torch.Tensor) -> tuple[torch.Tensor, 
     Y, feasible, C, result = objective.evaluate(space, X)
     values = space.decode(X)
     rows = []
-    for i in range(X.shape[0]):
-        row = result.row(i)
+    for i, row in enumerate(result.rows()):
         row["design"] = {name: float(v[i]) for name, v in values.items()}
         row.update({name: float(Y[i, j]) for j, name in enumerate(objective.outcome_names)})
         row.update({f"constraint_{name}": float(C[i, j]) for j, name in enumerate(objective.constraint_names)})

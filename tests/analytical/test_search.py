@@ -10,7 +10,8 @@ import torch
 
 from analytical import AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec, evaluate, single_design
 from analytical.codes import DTYPE, RECOMPUTE_CODES, Reason
-from analytical.search import MAPPING_FIELDS, SearchOptions, best_mappings, enumerate_mappings, mapping_from_batch
+from analytical.search import (MAPPING_FIELDS, SearchOptions, best_mappings, enumerate_mappings, mapping_from_batch,
+                               mappings_from_batch)
 
 # the rules a mapping can break (everything but memory, precision support and the system's links)
 MAPPING_RULES = {Reason.DEGREES_NOT_DEVICES, Reason.TP_NOT_DIVIDING_HEADS, Reason.PP_NOT_DIVIDING_LAYERS,
@@ -307,3 +308,10 @@ def test_unset_overlaps_are_each_candidates_stack_default(small_case):
         assert flags == tuple(bool(float(getattr(batch, f"overlap_{k}_comm")[i])) for k in ("dp", "tp", "pp"))
         seen.add(flags)
     assert (False, False, False) in seen and (True, True, True) in seen  # both stacks are enumerated
+
+
+def test_the_batched_readers_match_the_per_design_ones(small_case):
+    _, found, _, _ = small_case
+    assert found.mappings == [mapping_from_batch(found.designs, i) for i in range(found.designs.batch_size)]
+    assert found.mappings == mappings_from_batch(found.designs)
+    assert found.rows == [found.result.row(i) for i in range(found.result.step_time_s.shape[0])]
