@@ -149,12 +149,12 @@ class DesignBatch:
         return self.tp.shape[0]
 
     def fields(self) -> dict[str, torch.Tensor]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {name: getattr(self, name) for name in DESIGN_FIELDS}
 
     @property
     def tracks_grad(self) -> bool:
         """Whether a field requires a gradient, so that autograd must record an evaluation of the batch."""
-        return any(f.requires_grad for f in self.fields().values())
+        return any(getattr(self, name).requires_grad for name in DESIGN_FIELDS)
 
     def replace(self, **changes: torch.Tensor | float) -> "DesignBatch":
         """A copy with some parameters changed; scalars are broadcast to the batch."""
@@ -185,6 +185,9 @@ class DesignBatch:
     def cat(batches: Sequence["DesignBatch"]) -> "DesignBatch":
         names = batches[0].fields().keys()
         return DesignBatch(**{k: torch.cat([getattr(b, k) for b in batches]) for k in names})
+
+
+DESIGN_FIELDS = tuple(f.name for f in dataclasses.fields(DesignBatch))  # (read once: dataclasses.fields is slow)
 
 
 def per_precision(d: DesignBatch, prefix: str, suffix: str) -> torch.Tensor:

@@ -43,7 +43,7 @@ from analytical.chip.spec import CHIP_CATEGORY_CODES, CHIP_FIELDS, IMPLIED_FRACT
 from analytical.codes import (CNN_ARCH_CODES, CUDA_GRAPH_CODES, DP_MODE_CODES, DTYPE, EP_DISPATCHER_CODES, FFN_CODES,
                               KIND_CODES, MASTER_PARAMS_CODES, OPTIMIZER_STATE_DTYPE_CODES, PRECISION_CODES,
                               RECOMPUTE_CODES, TOPOLOGY_CODES)
-from analytical.design import DesignBatch
+from analytical.design import DESIGN_FIELDS, DesignBatch
 from analytical.result import StepResult
 from analytical.specs import SpecError
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
@@ -59,7 +59,6 @@ CATEGORY_CODES = {"precision": PRECISION_CODES, "recompute": RECOMPUTE_CODES, "t
 # human units a config may give bounds in (`unit:`), converted to SI when parsed
 UNITS = {"TFLOP/s": 1e12, "TB/s": 1e12, "GB/s": 1e9, "Gbit/s": 1e9 / 8.0, "GiB": 2.0**30, "MiB": 2.0**20,
          "us": 1e-6}
-DESIGN_FIELDS = tuple(f.name for f in fields(DesignBatch))
 # accelerator fields a chip derivation produces (a space with a chip cannot also vary them)
 DERIVED_FIELDS = DESIGN_FIELDS[:DESIGN_FIELDS.index("num_devices")]
 TENSOR_PEAKS = ("peak_tf32_flops_per_s", "peak_fp16_flops_per_s", "peak_bf16_flops_per_s", "peak_fp8_flops_per_s",

@@ -24,7 +24,7 @@ from analytical.step.cnn import any_cnn, cnn_terms
 GEMM_SLOTS = ("qkv", "attention_scores", "attention_values", "attention_out", "ffn_up", "ffn_down",
               "router", "recurrent")
 ROUTER_SLOT = GEMM_SLOTS.index("router")
-CORE_SLOTS = [GEMM_SLOTS.index("attention_scores"), GEMM_SLOTS.index("attention_values")]  # unfused QK^T, AV
+CORE_SLOTS = slice(GEMM_SLOTS.index("attention_scores"), GEMM_SLOTS.index("attention_values") + 1)  # unfused QK^T, AV
 
 
 def slot_sum(x: torch.Tensor) -> torch.Tensor:
