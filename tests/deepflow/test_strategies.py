@@ -1,5 +1,7 @@
 """Strategies: BO on a known test function, constraints, batches, the gradient baseline, names."""
 
+import warnings
+
 import pytest
 import torch
 from botorch.test_functions import Branin
@@ -9,6 +11,7 @@ from deepflow.run.loop import run
 from deepflow.run.objectives import make_objective
 from deepflow.strategies import STRATEGIES, make_strategy
 from deepflow.strategies.base import History, design_keys
+from deepflow.strategies.gradient import finite_gradient
 from tests.deepflow.optspaces import continuous_space, one_thread, small_mapping_space, unit_square_space  # noqa: F401 (fixture)
 
 BRANIN = Branin()
@@ -90,6 +93,18 @@ def test_gradient_baseline_decreases_the_objective():
     with pytest.raises(SpecError, match=r"strategy\[gradient\]\.space"):
         strategy.propose(small_mapping_space(), run(small_mapping_space(), objective, make_strategy("random"), 4),
                          1, 0)
+
+
+def test_a_non_finite_gradient_is_zeroed_with_a_warning_and_a_discrete_one_silently():
+    grad = torch.tensor([[1.0, float("nan"), 2.0], [float("inf"), 3.0, float("nan")]], dtype=torch.float64)
+    mask = torch.tensor([True, True, False])  # the last coordinate discrete
+    with pytest.warns(RuntimeWarning, match="2 non-finite gradient entries in continuous coordinates"):
+        g = finite_gradient(grad, mask)
+    assert torch.equal(g, torch.tensor([[1.0, 0.0, 0.0], [0.0, 3.0, 0.0]], dtype=torch.float64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a NaN in a discrete coordinate only is not a defect: no warning
+        assert torch.equal(finite_gradient(grad[:1, [0, 2]], torch.tensor([True, False])),
+                           torch.tensor([[1.0, 0.0]], dtype=torch.float64))
 
 
 def test_registry_builds_every_strategy():
