@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from analytical import Reason, evaluate, stack_designs
+from analytical.step.feasibility import expert_grid_fits
 
 # `recompute` a source does not state: the lightest that fits device memory (it trained, so it fit)
 AUTO = "auto"
@@ -22,7 +23,7 @@ def trained_etp(tp: int, ep: int, dp: int, cp: int, experts: int) -> int:
     grid fits the mapping (etp * ep divides dp * cp * tp); where it does not, the run (which trained) set a smaller
     one, and 1 is what the recipes set (every literal `expert_tensor_parallel_size` in Megatron-Bridge @067f987df,
     142, and in NeMo @8cfedd7203, 8, is 1)."""
-    return 0 if experts <= 1 or (dp * cp * tp) % (tp * ep) == 0 else 1
+    return 0 if experts <= 1 or expert_grid_fits(tp, ep, dp, cp, tp) else 1
 
 
 def first_fitting(specs: list[tuple], options: dict[int, list[dict]]) -> dict[int, int | None]:

@@ -19,6 +19,12 @@ def _divides(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.remainder(b, a) == 0
 
 
+def expert_grid_fits(etp, ep, dp, cp, tp):
+    """Whether Megatron-Core's expert grid fits the mapping: etp x ep divides dp x cp x tp (MoE parallel folding:
+    the experts fold over the data-, context- and tensor-parallel ranks). Integers or integer-valued tensors."""
+    return (dp * cp * tp) % (etp * ep) == 0
+
+
 def mapping_reasons(d: DesignBatch, peak_flops_per_s: torch.Tensor) -> torch.Tensor:
     """`(batch,)` int64 reason codes of every rule except memory (0 = all rules hold)."""
     transformer = d.kind == KIND_CODES["transformer"]
@@ -40,7 +46,7 @@ def mapping_reasons(d: DesignBatch, peak_flops_per_s: torch.Tensor) -> torch.Ten
         (Reason.CP_NOT_DIVIDING_SEQUENCE, (d.cp == 1) | _divides(2.0 * d.cp, d.seq_length)),
         # experts fold over the data-, context- and tensor-parallel ranks (Megatron-Core MoE
         # parallel folding): etp x ep divides dp x cp x tp, i.e. ep divides dp x cp unless etp < tp
-        (Reason.EP_INVALID, _divides(d.ep, d.num_experts) & _divides(expert_tp(d) * d.ep, d.dp * d.cp * d.tp)),
+        (Reason.EP_INVALID, _divides(d.ep, d.num_experts) & expert_grid_fits(expert_tp(d), d.ep, d.dp, d.cp, d.tp)),
         (Reason.VP_INVALID, (d.vp == 1) | ((d.pp > 1) & (torch.remainder(micro_batches, d.pp) == 0))),
         (Reason.MAPPING_UNSUPPORTED_BY_MODEL, supported),
         (Reason.ZERO_WITH_PIPELINE, (d.zero_stage < 2) | (d.pp == 1) | (d.fsdp > 0)),
