@@ -44,6 +44,7 @@ Size and cost (2-core CPU, one torch thread, `experiments/benchmarks/bench_analy
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from contextlib import contextmanager
@@ -325,13 +326,7 @@ def mapping_from_batch(batch: DesignBatch, i: int, name: Optional[str] = None) -
 def mappings_from_batch(batch: DesignBatch) -> list[MappingSpec]:
     """`mapping_from_batch` of every design of a batch, reading each field once (one `tolist`, not one element
     read per design and field)."""
-    columns: dict[str, list[float]] = {}
-
-    def column(field: str) -> list[float]:
-        if field not in columns:
-            columns[field] = getattr(batch, field).tolist()
-        return columns[field]
-
+    column = functools.cache(lambda field: getattr(batch, field).tolist())
     return [_mapping_from_values(lambda field: column(field)[i]) for i in range(batch.batch_size)]
 
 
