@@ -8,14 +8,15 @@ a key-value latent of `kv_lora_rank` plus one rotary key of `qk_rope_head_dim` s
 heads; up projections give each head a query and a key of head_dim + qk_rope_head_dim and a value
 of `v_head_dim`. Megatron-Core replicates the down projections over tensor-parallel ranks and
 splits the up projections by head. Every function returns `(batch,)`; plain designs get exactly
-the expressions they had before MLA existed.
+the expressions they had before MLA existed. Sliding-window attention (`window_size`, `window_attn_skip_freq`):
+the keys a causal query sees, averaged over positions and layers.
 """
 
 from __future__ import annotations
 
 import torch
 
-from analytical.design import DesignBatch, per_evaluation
+from analytical.design import DesignBatch, any_set, per_evaluation
 
 
 @per_evaluation
@@ -115,3 +116,33 @@ def kv_width(d: DesignBatch) -> torch.Tensor:
     """Key and value elements per token, whole model (what context parallelism circulates)."""
     return torch.where(is_mla(d), d.num_heads * (qk_head_dim(d) + value_head_dim(d)),
                        2.0 * d.num_kv_heads * head_dim(d))
+
+
+@per_evaluation
+def any_window(d: DesignBatch) -> bool:
+    """Whether any design of the batch has sliding-window attention (else none of its terms is computed)."""
+    return any_set(d, "window_size")
+
+
+@per_evaluation
+def windowed_layer_fraction(d: DesignBatch) -> torch.Tensor:
+    """Share of the layers that attend through the sliding window: all of them with
+    `window_attn_skip_freq` 0, else those whose 1-indexed number N does not divide (Megatron-Core
+    `is_layer_window_attention`: `layer_number % window_attn_skip_freq != 0`)."""
+    n = d.window_attn_skip_freq
+    full_layers = torch.where(n > 0, torch.floor(d.num_layers / torch.clamp_min(n, 1.0)), 0.0)
+    return torch.where(d.window_size > 0, (d.num_layers - full_layers) / d.num_layers, 0.0)
+
+
+@per_evaluation
+def causal_keys_per_query(d: DesignBatch) -> torch.Tensor:
+    """Keys a query attends to under the causal mask, averaged over its positions and the layers:
+    s/2 in full attention; w - w (w - 1) / (2 s) through a window of w < s keys (the mean of
+    min(i + 1, w) over positions i, as Megatron-Bridge's flop_utils `calculate_swa_context`)."""
+    s = d.seq_length
+    if not any_window(d):
+        return s / 2.0
+    w = d.window_size
+    windowed = torch.where(w < s, w - w * (w - 1.0) / (2.0 * s), s / 2.0)
+    f = windowed_layer_fraction(d)
+    return (1.0 - f) * s / 2.0 + f * windowed

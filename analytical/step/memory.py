@@ -25,6 +25,7 @@ from analytical.step.param_bytes import (fp8_gathers, grad_bytes_per_param, opti
 from analytical.step.workload import (
     activation_bytes_per_element,
     any_fused,
+    any_kind,
     embedding_params,
     expert_tp,
     ffn_gate_factor,
@@ -256,7 +257,7 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     Sequence parallelism divides the first term by t; selective recompute or flash attention drop
     the a s^2 term; full recompute keeps only the layer input.
     """
-    tr, lstm = is_kind(d, "transformer"), is_kind(d, "lstm")
+    tr = is_kind(d, "transformer")
     t = d.tp
     th = local_tokens(d) * d.hidden_size
     sp_div = sequence_parallel_divisor(d)
@@ -296,8 +297,6 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     selective_flash = (d.recompute == RECOMPUTE_CODES["selective"]).to(t.dtype) * d.flash_attention
     modules_saving = selective_flash * cheap_outputs * narrow_scale
     full = tr * (replicated + attention + mlp + square * keeps_square + softmax_stats - narrow_saving - modules_saving)
-    lstm_bytes = lstm * 2.0 * local_tokens(d) * d.hidden_size * 7.0  # 4 gates, cell, hidden, input
-    gemm_bytes = is_kind(d, "gemm") * 2.0 * d.micro_batch_size * d.gemm_m * d.gemm_k
     kept = tr * 2.0 * th / sp_div  # full recompute keeps only the layer input
     share = full_recompute_share(d)  # partial full recompute: the other layers keep everything
     is_full = d.recompute == RECOMPUTE_CODES["full"]
@@ -321,7 +320,11 @@ def layer_activation_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
         rebuilds = is_full | op
     scale = activation_bytes_per_element(d) / 2.0
     transient = transient * scale
-    kept_bytes = (per_layer + lstm_bytes + gemm_bytes) * scale
+    if any_kind(d, "lstm"):
+        per_layer = per_layer + is_kind(d, "lstm") * 2.0 * local_tokens(d) * d.hidden_size * 7.0  # gates, cell, h, x
+    if any_kind(d, "gemm"):
+        per_layer = per_layer + is_kind(d, "gemm") * 2.0 * d.micro_batch_size * d.gemm_m * d.gemm_k
+    kept_bytes = per_layer * scale
     # eager element-wise modules keep more for their backward (analytical.step.eager_ops): held by a layer
     # that keeps its activations (selective re-runs the norms and activation instead) and by the layer full
     # or per-op recompute rebuilds

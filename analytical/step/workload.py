@@ -17,8 +17,9 @@ import torch
 
 from analytical.codes import FFN_CODES, KIND_CODES, PRECISION_CODES
 from analytical.design import DesignBatch, any_set, per_evaluation, sequence_parallel_divisor
-from analytical.step.attention import (attention_out_width, attention_params, attention_width, head_dim,
-                                       qk_head_dim, qkv_projection_width, value_head_dim)
+from analytical.step.attention import (any_window, attention_out_width, attention_params, attention_width,
+                                       causal_keys_per_query, head_dim, qk_head_dim, qkv_projection_width,
+                                       value_head_dim)
 from analytical.step.cnn import any_cnn, cnn_terms
 
 GEMM_SLOTS = ("qkv", "attention_scores", "attention_values", "attention_out", "ffn_up", "ffn_down",
@@ -39,6 +40,12 @@ def slot_sum(x: torch.Tensor) -> torch.Tensor:
 @per_evaluation
 def is_kind(d: DesignBatch, kind: str) -> torch.Tensor:
     return (d.kind == KIND_CODES[kind]).to(d.tp.dtype)
+
+
+@per_evaluation
+def any_kind(d: DesignBatch, kind: str) -> bool:
+    """Whether some design of the batch is of workload `kind` (else that kind's terms are not computed)."""
+    return bool(is_kind(d, kind).any())
 
 
 @per_evaluation
@@ -183,7 +190,7 @@ def layer_gemms(d: DesignBatch) -> Gemms:
     Attention score/value products appear only for unfused attention; flash attention is
     modelled as one fused kernel (`attention_core_flops`).
     """
-    tr, lstm, gemm = is_kind(d, "transformer"), is_kind(d, "lstm"), is_kind(d, "gemm")
+    tr = is_kind(d, "transformer")
     t, e = d.tp, d.ep
     h, s = d.hidden_size, d.seq_length
     tokens = local_tokens(d)
@@ -202,24 +209,31 @@ def layer_gemms(d: DesignBatch) -> Gemms:
     f_e = expert_width(d)
     one = torch.ones_like(h)
     zero = torch.zeros_like(h)
-    qkv_n = qkv_projection_width(d)
     qk, v = qk_head_dim(d), value_head_dim(d)
+    tr_tokens = tr * tokens
+    qkv_m, qkv_n, qkv_k = tr_tokens, tr * qkv_projection_width(d), tr * h
+    recurrent_m, recurrent_serial = zero, one
+    if any_kind(d, "lstm"):  # input-to-gates in the qkv slot; hidden-to-gates, one kernel per time step
+        lstm = is_kind(d, "lstm")
+        qkv_m, qkv_n, qkv_k = qkv_m + lstm * b * s, qkv_n + lstm * 4.0 * h, qkv_k + lstm * h
+        recurrent_m, recurrent_serial = lstm * b, torch.where(lstm > 0, s, one)
+    if any_kind(d, "gemm"):  # the plain GEMM: b stacked products in the qkv slot
+        gemm = is_kind(d, "gemm")
+        qkv_m, qkv_n, qkv_k = qkv_m + gemm * b * d.gemm_m, qkv_n + gemm * d.gemm_n, qkv_k + gemm * d.gemm_k
     slots_m = [
-        tr * tokens + lstm * b * s + gemm * b * d.gemm_m,  # qkv (lstm: input-to-gates; gemm: b stacked)
+        qkv_m,  # qkv
         s / d.cp * unfused,  # attention scores: (s/cp x dh) @ (dh x s) per head and sequence
         s / d.cp * unfused,  # attention values: (s/cp x s) @ (s x dh)
-        tr * tokens,  # attention output projection
+        tr_tokens,  # attention output projection
         tr * expert_tokens,  # ffn up (and gate)
         tr * expert_tokens,  # ffn down
-        tr * tokens * moe,  # router
-        lstm * b,  # recurrent hidden-to-gates, one kernel per time step
+        tr_tokens * moe,  # router
+        recurrent_m,  # recurrent hidden-to-gates
     ]
-    slots_n = [tr * qkv_n + lstm * 4.0 * h + gemm * d.gemm_n, s, v, h,
-               ffn_gate_factor(d) * f_e / et, h, d.num_experts, 4.0 * h]
-    slots_k = [tr * h + lstm * h + gemm * d.gemm_k, qk, s, heads_local * v, h,
-               f_e / et, h, h]
+    slots_n = [qkv_n, s, v, h, ffn_gate_factor(d) * f_e / et, h, d.num_experts, 4.0 * h]
+    slots_k = [qkv_k, qk, s, heads_local * v, h, f_e / et, h, h]
     slots_count = [one, b * heads_local, b * heads_local, one, local_experts, local_experts, one, one]
-    slots_serial = [one, one, one, one, one, one, one, torch.where(lstm > 0, s, one)]
+    slots_serial = [one, one, one, one, one, one, one, recurrent_serial]
     if any_cnn(d):  # one slot per convolution / FC layer (`cnn.MAX_SLOTS`, zeros past a network's end)
         cnn = cnn_terms(d)
         width = cnn.m.shape[-1]
@@ -268,36 +282,6 @@ def logit_gemm_flops(d: DesignBatch) -> torch.Tensor:
 
 
 @per_evaluation
-def any_window(d: DesignBatch) -> bool:
-    """Whether any design of the batch has sliding-window attention (else none of its terms is computed)."""
-    return any_set(d, "window_size")
-
-
-@per_evaluation
-def windowed_layer_fraction(d: DesignBatch) -> torch.Tensor:
-    """Share of the layers that attend through the sliding window: all of them with
-    `window_attn_skip_freq` 0, else those whose 1-indexed number N does not divide (Megatron-Core
-    `is_layer_window_attention`: `layer_number % window_attn_skip_freq != 0`)."""
-    n = d.window_attn_skip_freq
-    full_layers = torch.where(n > 0, torch.floor(d.num_layers / torch.clamp_min(n, 1.0)), 0.0)
-    return torch.where(d.window_size > 0, (d.num_layers - full_layers) / d.num_layers, 0.0)
-
-
-@per_evaluation
-def causal_keys_per_query(d: DesignBatch) -> torch.Tensor:
-    """Keys a query attends to under the causal mask, averaged over its positions and the layers:
-    s/2 in full attention; w - w (w - 1) / (2 s) through a window of w < s keys (the mean of
-    min(i + 1, w) over positions i, as Megatron-Bridge's flop_utils `calculate_swa_context`)."""
-    s = d.seq_length
-    if not any_window(d):
-        return s / 2.0
-    w = d.window_size
-    windowed = torch.where(w < s, w - w * (w - 1.0) / (2.0 * s), s / 2.0)
-    f = windowed_layer_fraction(d)
-    return (1.0 - f) * s / 2.0 + f * windowed
-
-
-@per_evaluation
 def attention_core_flops(d: DesignBatch) -> torch.Tensor:
     """Forward FLOPs of QK^T and softmax(.)V per micro-batch and device: 4 b (s/cp) k h / tp with k
     keys a query: unfused kernels compute the full square (k = s); a causal flash kernel skips the
@@ -318,7 +302,7 @@ def attention_score_elements(d: DesignBatch) -> torch.Tensor:
 @per_evaluation
 def layer_params(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """Parameters of one layer: `(dense, expert)`, whole model (not divided by any degree)."""
-    tr, lstm = is_kind(d, "transformer"), is_kind(d, "lstm")
+    tr = is_kind(d, "transformer")
     h, f = d.hidden_size, d.ffn_hidden_size
     qkv_out = (d.num_heads + 2.0 * d.num_kv_heads) * head_dim(d)  # (GPT-style biases; MLA models have none)
     attention = attention_params(d)
@@ -329,11 +313,14 @@ def layer_params(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
     per_expert = (ffn_gate_factor(d) + 1.0) * h * expert_width(d)
     expert = d.num_experts * per_expert
     shared = moe * d.num_shared_experts * per_expert  # replicated over ep like the attention
-    dense = tr * (attention + norms + biases + router + shared) + lstm * (8.0 * h * h + 8.0 * h)
-    gemm = is_kind(d, "gemm") * d.gemm_k * d.gemm_n
+    dense = tr * (attention + norms + biases + router + shared)
+    if any_kind(d, "lstm"):  # (the kinds are exclusive: each design adds one non-zero term)
+        dense = dense + is_kind(d, "lstm") * (8.0 * h * h + 8.0 * h)
+    if any_kind(d, "gemm"):
+        dense = dense + is_kind(d, "gemm") * d.gemm_k * d.gemm_n
     if any_cnn(d):
-        gemm = gemm + cnn_terms(d).params
-    return dense + gemm, tr * expert
+        dense = dense + cnn_terms(d).params
+    return dense, tr * expert
 
 
 @per_evaluation
@@ -411,7 +398,7 @@ def memory_bound_bytes_per_layer(d: DesignBatch) -> tuple[torch.Tensor, torch.Te
     LayerNormMLP fuse the casts of the norm and activation outputs), and the scaling (amax)
     bookkeeping; the backward pass (twice the forward's traffic in `step`) casts the gradients.
     """
-    tr, lstm = is_kind(d, "transformer"), is_kind(d, "lstm")
+    tr = is_kind(d, "transformer")
     t = d.tp
     elem = activation_bytes_per_element(d)
     th = local_tokens(d) * d.hidden_size
@@ -424,15 +411,17 @@ def memory_bound_bytes_per_layer(d: DesignBatch) -> tuple[torch.Tensor, torch.Te
     scores = d.micro_batch_size * d.num_heads / t * (d.seq_length / d.cp) * d.seq_length
     softmax_dropout = 4.5 * scores * (1.0 - d.flash_attention)
     casts = is_narrow(d) * local_tokens(d) * attention_out_width(d) / t * (elem + 2.0 * gemm_bytes_per_element(d))
-    tr_bytes = tr * (elem * (norms + residual + act + permute + softmax_dropout) + casts)
-    tr_kernels = tr * (5.0 + 2.0 * moe + 2.0 * (1.0 - d.flash_attention) + 4.0 * is_narrow(d))
-    other_bytes = lstm * elem * 12.0 * local_tokens(d) * d.hidden_size
-    other_kernels = lstm * d.seq_length
+    bytes_ = tr * (elem * (norms + residual + act + permute + softmax_dropout) + casts)
+    kernels = tr * (5.0 + 2.0 * moe + 2.0 * (1.0 - d.flash_attention) + 4.0 * is_narrow(d))
+    if any_kind(d, "lstm"):  # (the kinds are exclusive: each design adds one non-zero term)
+        lstm = is_kind(d, "lstm")
+        bytes_ = bytes_ + lstm * elem * 12.0 * local_tokens(d) * d.hidden_size
+        kernels = kernels + lstm * d.seq_length
     if any_cnn(d):  # batch norm, ReLU, residual additions, pooling
         cnn = cnn_terms(d)
-        other_bytes = other_bytes + elem * d.micro_batch_size * cnn.memory_bound_elements
-        other_kernels = other_kernels + cnn.memory_bound_kernels
-    return tr_bytes + other_bytes, tr_kernels + other_kernels
+        bytes_ = bytes_ + elem * d.micro_batch_size * cnn.memory_bound_elements
+        kernels = kernels + cnn.memory_bound_kernels
+    return bytes_, kernels
 
 
 def fuse_jobs(d: DesignBatch) -> DesignBatch:

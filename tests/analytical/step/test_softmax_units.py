@@ -16,9 +16,9 @@ from analytical import MappingSpec, ModelSpec, SpecError, evaluate
 from analytical.chip.derive import derive_chip
 from analytical.chip.spec import ChipSpec
 from analytical.power_cap import apply_power_limit, capped_operating_point
+from analytical.step.attention import causal_keys_per_query, windowed_layer_fraction
 from analytical.step.kernels import softmax_exp_time_s
-from analytical.step.workload import (attention_core_flops, attention_score_elements, causal_keys_per_query,
-                                      layer_forward_flops_per_sequence, windowed_layer_fraction)
+from analytical.step.workload import attention_core_flops, attention_score_elements, layer_forward_flops_per_sequence
 from deepflow.presets import load_preset
 
 # gpt-oss-120b's shape (Hugging Face config; Megatron-Bridge GPTOSSProvider): 36 layers, hidden 2880,
