@@ -19,12 +19,15 @@ latency `alpha` per step; Thakur et al. 2005, Patarasuk & Yuan 2009, NCCL's docu
   across. With k = n_domains servers this is bytes/(n_local bw) against all-reduce's
   2 (n_domains - 1)/n_domains of it: BytePS's "up to 2x" (its docs/rationale.md).
 
-All arguments broadcast; every function returns 0 for groups of one rank.
+All arguments broadcast; every function returns 0 for groups of one rank. The `group_*` functions place their group
+themselves, or take its `placement` as `placed` (`placed_group`: once per evaluation for the time and energy models).
 """
 
 from __future__ import annotations
 
 import torch
+
+from analytical.design import DesignBatch, per_evaluation
 
 
 def _only_groups(n, time):
@@ -78,26 +81,39 @@ def placement(size, stride, domain):
     return n_local, torch.ceil(size / n_local)
 
 
-def group_all_reduce_time_s(bytes_, size, stride, domain, up_bw, up_alpha, out_bw, out_alpha):
+@per_evaluation
+def placed_group(d: DesignBatch, size: torch.Tensor, stride: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`placement` of a group of the mapping on the batch's scale-up domains, computed once per evaluation for the
+    same `size` and `stride` tensors (the time and energy models place the same few groups a dozen times)."""
+    return placement(size, stride, d.scale_up_domain)
+
+
+@per_evaluation
+def adjacent(d: DesignBatch) -> torch.Tensor:
+    """`(batch,)` ones: the stride of a group of consecutive ranks (tensor parallelism), one tensor per evaluation."""
+    return torch.ones_like(d.tp)
+
+
+def group_all_reduce_time_s(bytes_, size, stride, domain, up_bw, up_alpha, out_bw, out_alpha, placed=None):
     """Hierarchical all-reduce of a placed group (NCCL runs one ring or tree per NIC): reduce-scatter
     inside each domain, all-reduce of bytes/n_local across domains, all-gather inside. A group
     inside one domain is a plain ring on the scale-up fabric."""
-    n_local, n_domains = placement(size, stride, domain)
+    n_local, n_domains = placement(size, stride, domain) if placed is None else placed
     return hierarchical_all_reduce_time_s(bytes_, n_local, n_domains, up_bw, up_alpha, out_bw, out_alpha)
 
 
-def group_all_gather_time_s(bytes_, size, stride, domain, up_bw, up_alpha, out_bw, out_alpha):
+def group_all_gather_time_s(bytes_, size, stride, domain, up_bw, up_alpha, out_bw, out_alpha, placed=None):
     """Hierarchical all-gather (also the time of a reduce-scatter): across domains first, among
     same-position peers, then inside each domain. `bytes_` is the gathered size."""
-    n_local, n_domains = placement(size, stride, domain)
+    n_local, n_domains = placement(size, stride, domain) if placed is None else placed
     across = all_gather_time_s(bytes_ / n_local, n_domains, out_bw, out_alpha)
     return across + all_gather_time_s(bytes_, n_local, up_bw, up_alpha)
 
 
-def group_all_to_all_time_s(bytes_, size, stride, domain, up_bw, up_alpha, out_bw, out_alpha):
+def group_all_to_all_time_s(bytes_, size, stride, domain, up_bw, up_alpha, out_bw, out_alpha, placed=None):
     """All-to-all of a placed group: the share of the buffer that leaves the domain goes through
     each member's NIC, the rest over the scale-up fabric."""
-    n_local, _ = placement(size, stride, domain)
+    n_local, _ = placement(size, stride, domain) if placed is None else placed
     leaving = (size - n_local) / size
     inside = (n_local - 1.0) / size
     across = _only_groups(size - n_local + 1.0, leaving * bytes_ / out_bw + (size - n_local) * out_alpha)
@@ -122,13 +138,13 @@ def expected_domains_per_token(top_k, n_domains, num_groups, group_topk):
 
 
 def group_dispatch_time_s(token_bytes, top_k, num_groups, group_topk, size, stride, domain,
-                          up_bw, up_alpha, out_bw, out_alpha):
+                          up_bw, up_alpha, out_bw, out_alpha, placed=None):
     """MoE token dispatch (or combine) of a placed expert-parallel group that sends each token once
     to every other scale-up domain holding one of its experts and forwards it there to the experts
     (DeepEP, HybridEP; DeepSeek-V3 report section 3.2.2): through the NIC `token_bytes` times the
     expected other domains (`expected_domains_per_token` times (n-1)/n), over the scale-up fabric
     the `top_k` copies' share bound for the other members of the domain."""
-    n_local, n_domains = placement(size, stride, domain)
+    n_local, n_domains = placement(size, stride, domain) if placed is None else placed
     domains = expected_domains_per_token(top_k, n_domains, num_groups, group_topk)
     across = _only_groups(n_domains, domains * (n_domains - 1.0) / n_domains * token_bytes / out_bw
                           + (n_domains - 1.0) * out_alpha)
@@ -145,12 +161,12 @@ def p2p_link(size, stride, domain, up_bw, up_alpha, out_bw, out_alpha):
 
 
 def group_parameter_server_time_s(bytes_, size, stride, domain, up_bw, up_alpha, out_bw, out_alpha, servers,
-                                  server_bw, server_sum_bytes_per_s):
+                                  server_bw, server_sum_bytes_per_s, placed=None):
     """Push and pull of a placed data-parallel group through `servers` parameter-server machines
     (module docstring); `server_sum_bytes_per_s` 0 = summing keeps up with the NICs. A group inside one
     domain still goes through the servers (its gradients leave the domain). 0 servers: infinite (the
     mapping rule PARAMETER_SERVER_INVALID reports it)."""
-    n_local, n_domains = placement(size, stride, domain)
+    n_local, n_domains = placement(size, stride, domain) if placed is None else placed
     inside = 2.0 * all_gather_time_s(bytes_, n_local, up_bw, up_alpha)
     k = torch.clamp_min(servers, 1e-9)
     arriving = n_domains * bytes_ / k  # bytes each server receives (and sends back)

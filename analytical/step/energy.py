@@ -286,30 +286,30 @@ def _fraction(n: torch.Tensor) -> torch.Tensor:
     return (n - 1.0) / n
 
 
-def all_reduce_link_bytes(bytes_, size, stride, domain) -> tuple[torch.Tensor, torch.Tensor]:
+def all_reduce_link_bytes(bytes_, size, stride, domain, placed=None) -> tuple[torch.Tensor, torch.Tensor]:
     """`(scale_up, scale_out)` bytes one rank sends in a placed (hierarchical) all-reduce of `bytes_`:
     reduce-scatter and all-gather inside the domain, all-reduce of bytes/n_local across domains."""
-    n_local, n_domains = coll.placement(size, stride, domain)
+    n_local, n_domains = coll.placement(size, stride, domain) if placed is None else placed
     return 2.0 * _fraction(n_local) * bytes_, 2.0 * _fraction(n_domains) * bytes_ / n_local
 
 
-def all_gather_link_bytes(bytes_, size, stride, domain) -> tuple[torch.Tensor, torch.Tensor]:
+def all_gather_link_bytes(bytes_, size, stride, domain, placed=None) -> tuple[torch.Tensor, torch.Tensor]:
     """As `all_reduce_link_bytes` for an all-gather (or reduce-scatter) of `bytes_` gathered bytes."""
-    n_local, n_domains = coll.placement(size, stride, domain)
+    n_local, n_domains = coll.placement(size, stride, domain) if placed is None else placed
     return _fraction(n_local) * bytes_, _fraction(n_domains) * bytes_ / n_local
 
 
-def all_to_all_link_bytes(bytes_, size, stride, domain) -> tuple[torch.Tensor, torch.Tensor]:
+def all_to_all_link_bytes(bytes_, size, stride, domain, placed=None) -> tuple[torch.Tensor, torch.Tensor]:
     """An all-to-all: the share of the buffer for peers outside the domain leaves through the NIC."""
-    n_local, _ = coll.placement(size, stride, domain)
+    n_local, _ = coll.placement(size, stride, domain) if placed is None else placed
     return (n_local - 1.0) / size * bytes_, (size - n_local) / size * bytes_
 
 
-def dispatch_link_bytes(token_bytes, top_k, num_groups, group_topk, size, stride,
-                        domain) -> tuple[torch.Tensor, torch.Tensor]:
+def dispatch_link_bytes(token_bytes, top_k, num_groups, group_topk, size, stride, domain,
+                        placed=None) -> tuple[torch.Tensor, torch.Tensor]:
     """A dispatch deduplicated per scale-up domain (`collectives.group_dispatch_time_s`): a token
     once through the NIC to each other domain holding one of its experts, then forwarded inside."""
-    n_local, n_domains = coll.placement(size, stride, domain)
+    n_local, n_domains = coll.placement(size, stride, domain) if placed is None else placed
     domains = coll.expected_domains_per_token(top_k, n_domains, num_groups, group_topk)
     return top_k * token_bytes * _fraction(n_local), domains * _fraction(n_domains) * token_bytes
 
@@ -322,27 +322,30 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
     transformer = is_kind(d, "transformer")
     full = full_recompute_share(d)
     domain = d.scale_up_domain
-    one = torch.ones_like(d.tp)
+    one = coll.adjacent(d)
     micro_batches = micro_batches_per_step(d)
     devices = d.tp * d.cp * d.dp * d.pp
     per_layer = micro_batches * d.num_layers / d.pp * devices  # rank-layer-micro-batches in a step
 
-    tp = all_reduce_link_bytes(tokens * d.hidden_size * elem * transformer, d.tp, one, domain)
+    tp = all_reduce_link_bytes(tokens * d.hidden_size * elem * transformer, d.tp, one, domain,
+                               coll.placed_group(d, d.tp, one))
     if any_expert_tp(d):  # as analytical.step.model: the MoE MLP's pair over the etp ranks of an expert
-        mlp = all_reduce_link_bytes(tokens * d.hidden_size * elem * transformer, mlp_tp(d), one, domain)
+        mlp = all_reduce_link_bytes(tokens * d.hidden_size * elem * transformer, mlp_tp(d), one, domain,
+                                    coll.placed_group(d, mlp_tp(d), one))
         tp = tuple((attention + moe_mlp) / 2.0 for attention, moe_mlp in zip(tp, mlp))
     kv_bytes = 2.0 * tokens * d.num_kv_heads * head_dim(d) / d.tp * elem * d.cp
     if any_mla(d):
         kv_bytes = torch.where(is_mla(d), tokens * kv_width(d) / d.tp * elem * d.cp, kv_bytes)
     kv_bytes = kv_bytes * transformer
-    cp = all_gather_link_bytes(kv_bytes, d.cp, d.tp, domain)
+    cp = all_gather_link_bytes(kv_bytes, d.cp, d.tp, domain, coll.placed_group(d, d.cp, d.tp))
     moe = is_moe(d) * transformer
     sp_div = sequence_parallel_divisor(d)
     token_bytes = tokens * d.hidden_size * elem * moe / sp_div
-    ep = all_to_all_link_bytes(token_bytes * routed_copies(d), d.ep, expert_tp(d), domain)
+    ep_placed = coll.placed_group(d, d.ep, expert_tp(d))
+    ep = all_to_all_link_bytes(token_bytes * routed_copies(d), d.ep, expert_tp(d), domain, ep_placed)
     if any_set(d, "ep_dispatcher"):  # (skipped where no design deduplicates its dispatch)
         dedup = dispatch_link_bytes(token_bytes * routed_copies(d) / d.top_k, d.top_k, d.moe_router_num_groups,
-                                    d.moe_router_group_topk, d.ep, expert_tp(d), domain)
+                                    d.moe_router_group_topk, d.ep, expert_tp(d), domain, ep_placed)
         ep = tuple(torch.where(d.ep_dispatcher > 0, x, y) for x, y in zip(dedup, ep))
     counts = {"tp": 4.0 + 2.0 * full, "cp": 3.0 + full, "ep": 4.0 + 2.0 * full}  # fwd + bwd (+ recompute)
     if op_recompute(d) is not None:  # per-op checkpointing gathers the tp input again (half the forward)
@@ -360,9 +363,9 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
 
     def over_groups(link_bytes, buffers):
         (b, g, s), *rest = buffers
-        up, out = link_bytes(b, g, s, domain)
+        up, out = link_bytes(b, g, s, domain, coll.placed_group(d, g, s))
         for b, g, s in rest:
-            more_up, more_out = link_bytes(b, g, s, domain)
+            more_up, more_out = link_bytes(b, g, s, domain, coll.placed_group(d, g, s))
             up, out = up + more_up, out + more_out
         return up, out
 

@@ -106,6 +106,7 @@ def expert_group(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
     return expert_params_per_device(d), replicas, split
 
 
+@per_evaluation  # (the same group tensors for every collective: `collectives.placed_group`)
 def weight_groups(d: DesignBatch, params: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], ...]:
     """`(params, group, stride)` of each class of a device's weights by the data-parallel group that
     reduces their gradients and shards their optimizer state (and, under ZeRO-2/3, gradients and
@@ -132,6 +133,7 @@ def hsdp_replicas(d: DesignBatch) -> torch.Tensor | None:
     return torch.where(d.dp_shard > 0, torch.clamp_min(d.dp / torch.clamp_min(d.dp_shard, 1.0), 1.0), 1.0)
 
 
+@per_evaluation  # (the same group tensors for every collective: `collectives.placed_group`)
 def shard_groups(d: DesignBatch, groups) -> tuple[tuple[torch.Tensor, ...], ...]:
     """`(params, shard, stride, replicas)` of each class of `weight_groups` as its sharded states see it: the
     class's data-parallel group of g ranks holds `replicas` copies (`hsdp_replicas`) of a shard group of

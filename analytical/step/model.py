@@ -94,7 +94,7 @@ def sp_pair_bytes_per_element(d: DesignBatch, elem: torch.Tensor) -> torch.Tenso
 
 def _on_group(collective, d: DesignBatch, links, bytes_, size, stride) -> torch.Tensor:
     """Time of a placed collective (`collectives.group_*`) for a group of the mapping."""
-    return collective(bytes_, size, stride, d.scale_up_domain, *links)
+    return collective(bytes_, size, stride, d.scale_up_domain, *links, placed=coll.placed_group(d, size, stride))
 
 
 def _total(parts) -> torch.Tensor:
@@ -194,13 +194,13 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
     # attention core being left to context parallelism's ring
     sp_elem = sp_pair_bytes_per_element(d, elem)
     tp_ar = _on_group(coll.group_all_reduce_time_s, d, links, tokens * d.hidden_size * sp_elem, d.tp,
-                      torch.ones_like(d.tp)) * transformer
+                      coll.adjacent(d)) * transformer
     # the MLP's pair: over `mlp_tp` (etp in routed-expert MoE layers, none at etp 1), there in 16 bits (bf16 dispatch)
     tp_pair = 2.0 * tp_ar
     if any_expert_tp(d) or sp_elem is not elem and bool((is_moe(d) * is_narrow(d)).any()):
         mlp_elem = torch.where(is_moe(d) > 0, elem, sp_elem)
         mlp_ar = _on_group(coll.group_all_reduce_time_s, d, links, tokens * d.hidden_size * mlp_elem, mlp_tp(d),
-                           torch.ones_like(d.tp)) * transformer
+                           coll.adjacent(d)) * transformer
         tp_pair = tp_ar + mlp_ar
     tp_hide = d.overlap_tp_comm
     # context parallel (ring attention): K and V circulate, overlapped with the attention kernels
@@ -219,7 +219,8 @@ def _model_parallel_comm(d: DesignBatch, layer: _Layer, links, elem,
     ep_a2a = _on_group(coll.group_all_to_all_time_s, d, links, token_bytes * routed_copies(d), d.ep, expert_tp(d))
     if any_set(d, "ep_dispatcher"):  # (skipped where no design of the chunk deduplicates)
         dedup = coll.group_dispatch_time_s(token_bytes * routed_copies(d) / d.top_k, d.top_k, d.moe_router_num_groups,
-                                           d.moe_router_group_topk, d.ep, expert_tp(d), d.scale_up_domain, *links)
+                                           d.moe_router_group_topk, d.ep, expert_tp(d), d.scale_up_domain, *links,
+                                           placed=coll.placed_group(d, d.ep, expert_tp(d)))
         ep_a2a = torch.where(d.ep_dispatcher > 0, dedup, ep_a2a)
     ep_a2a = ep_a2a * moe
     tp_fwd = _exposed(tp_pair, tp_hide * layer.fwd_slots[..., TP_OVERLAP_SLOTS].sum(-1), eff)
@@ -294,7 +295,8 @@ def _data_parallel_time_s(d: DesignBatch, params, links, eff: Efficiency) -> tup
     if any_parameter_server(d):  # parameter servers instead (skipped where no design uses them)
         ps = _total(coll.group_parameter_server_time_s(b, g, s, d.scale_up_domain, *links, d.ps_shards,
                                                        d.ps_server_bw_bytes_per_s * eff.scale_out_bw_fraction,
-                                                       d.ps_server_sum_bytes_per_s) for b, g, s in grads)
+                                                       d.ps_server_sum_bytes_per_s, placed=coll.placed_group(d, g, s))
+                    for b, g, s in grads)
         ar = torch.where(d.dp_mode > 0, ps, ar)
     scatter, replicas = reduce_buffers(d, shards)
     rs = over_groups(coll.group_all_gather_time_s, scatter)
