@@ -7,7 +7,9 @@ import math
 import pytest
 import torch
 
+from analytical.design import memoizing
 from analytical.step import collectives as coll
+from tests.analytical.conftest import random_design_batch
 
 F = torch.float64
 B = 1.5e9  # bytes
@@ -243,3 +245,18 @@ def test_deduplicated_dispatch_inside_one_domain_never_uses_the_nic():
     args = (t(1e8), t(8), t(1), t(1), t(64), t(1), t(72), t(UP_BW), t(UP_ALPHA))
     assert float(coll.group_dispatch_time_s(*args, t(0.0), t(OUT_ALPHA))) > 0  # a zero NIC bandwidth is not touched
     assert float(coll.group_dispatch_time_s(t(1e8), t(8), t(1), t(1), t(1), t(1), t(8), *DISPATCH_LINKS)) == 0.0
+
+
+def test_a_group_placed_once_gives_every_collective_the_same_times():
+    """`placed_group` places a group once per evaluation; every group_* function given that placement
+    (`placed=`) returns what it returns placing the group itself."""
+    d = memoizing(random_design_batch(500, seed=4))
+    size, stride, links = d.dp * d.cp, d.tp, (d.scale_up_bw_bytes_per_s, d.scale_up_latency_s,
+                                               d.scale_out_bw_bytes_per_s, d.scale_out_latency_s)
+    placed = coll.placed_group(d, size, stride)
+    assert coll.placed_group(d, size, stride) is placed  # computed once for the same tensors
+    for group in (coll.group_all_reduce_time_s, coll.group_all_gather_time_s, coll.group_all_to_all_time_s):
+        alone = group(1e9, size, stride, d.scale_up_domain, *links)
+        assert torch.equal(group(1e9, size, stride, d.scale_up_domain, *links, placed=placed), alone)
+    dispatch = (1e8, d.top_k, d.moe_router_num_groups, d.moe_router_group_topk, size, stride, d.scale_up_domain, *links)
+    assert torch.equal(coll.group_dispatch_time_s(*dispatch, placed=placed), coll.group_dispatch_time_s(*dispatch))
