@@ -220,10 +220,11 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
     live = g.m * g.n * g.k * g.count > 0
     # the input- and weight-gradient GEMMs ((m x n)@(n x k), (k x m)@(m x n)) have the forward's FLOPs,
     # compulsory bytes and tile traffic (each symmetric in m, n, k), so backward = 2 x forward per slot
-    per_slot = {"flops": _slots(g, live, gemm_flops(g.m, g.n, g.k, g.count)),
-                "hbm_bytes": _slots(g, live, gemm_hbm_bytes(g.m, g.n, g.k, g.count, eg)),
-                "sram_bytes": _slots(g, live, gemm_sram_bytes(g.m, g.n, g.k, g.count, d.tile_m.unsqueeze(-1),
-                                                              d.tile_n.unsqueeze(-1), eg))}
+    # FLOPs, HBM bytes and SRAM bytes stacked: `(3, batch, slots)`, each term below computed once for the three
+    per_slot = torch.stack([_slots(g, live, gemm_flops(g.m, g.n, g.k, g.count)),
+                            _slots(g, live, gemm_hbm_bytes(g.m, g.n, g.k, g.count, eg)),
+                            _slots(g, live, gemm_sram_bytes(g.m, g.n, g.k, g.count, d.tile_m.unsqueeze(-1),
+                                                            d.tile_n.unsqueeze(-1), eg))])
 
     selective = (d.recompute == RECOMPUTE_CODES["selective"]).to(d.tp.dtype)
     op = op_recompute(d)
@@ -240,23 +241,23 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
     # modules' share of them), as the step time does (`analytical.step.model`)
     modules_bytes = flash * (recomputed_module_bytes(d) + eager.recompute_bytes)
 
-    # the non-GEMM bytes (everything read from HBM also streams through the last-level SRAM once):
-    # forward, backward, unfused core, per-op recompute's and selective recompute's extra
-    extra_bytes = (mb_bytes + qkvo_bytes + eager.forward_bytes, 2.0 * (mb_bytes + qkvo_bytes) + eager.backward_bytes,
-                   core_mem_bytes, mb_bytes + eager.forward_bytes, modules_bytes)
-    work = {}
-    for name, fwd_extra, bwd_extra, core_extra, op_extra, selective_extra in (
-            ("flops", flash_flops, 2.5 * flash_flops, 0.0, 0.0, 0.0),  # FA2 backward: 5 of the 2 forward matmuls
-            ("hbm_bytes", *extra_bytes), ("sram_bytes", *extra_bytes)):
-        gemm_fwd = slot_sum(per_slot[name])
-        forward = gemm_fwd + fwd_extra
-        backward = 2.0 * gemm_fwd + bwd_extra
-        core_gemm = per_slot[name][..., CORE_SLOTS].sum(-1)
-        core = core_gemm + core_extra
-        recompute = full * forward + selective * (core + selective_extra)
-        if op is not None:
-            recompute = recompute + op * (0.5 * (gemm_fwd - core_gemm) + core + op_extra)
-        work[name] = forward + backward + recompute
+    # beside the GEMMs, `(3, batch)` each: the fused attention's FLOPs (FA2 backward: 5 of the 2 forward matmuls),
+    # and the non-GEMM bytes (everything read from HBM also streams through the last-level SRAM once): forward,
+    # backward, unfused core, per-op recompute's and selective recompute's extra
+    zero = torch.zeros_like(flash_flops)
+    fwd_extra, bwd_extra, core_extra, op_extra, selective_extra = (torch.stack([f, b, b]) for f, b in (
+        (flash_flops, mb_bytes + qkvo_bytes + eager.forward_bytes),
+        (2.5 * flash_flops, 2.0 * (mb_bytes + qkvo_bytes) + eager.backward_bytes),
+        (zero, core_mem_bytes), (zero, mb_bytes + eager.forward_bytes), (zero, modules_bytes)))
+    gemm_fwd = slot_sum(per_slot)
+    forward = gemm_fwd + fwd_extra
+    backward = 2.0 * gemm_fwd + bwd_extra
+    core_gemm = per_slot[..., CORE_SLOTS].sum(-1)
+    core = core_gemm + core_extra
+    recompute = full * forward + selective * (core + selective_extra)
+    if op is not None:
+        recompute = recompute + op * (0.5 * (gemm_fwd - core_gemm) + core + op_extra)
+    work = dict(zip(("flops", "hbm_bytes", "sram_bytes"), forward + backward + recompute))
 
     # the last stage: logit GEMMs (forward, input and weight gradients) and the fp32 loss, forward and backward
     not_gemm = 1.0 - is_kind(d, "gemm")
@@ -270,13 +271,12 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
     logits = {"flops": logit_flops, "hbm_bytes": logit_gemm_bytes + loss_bytes,
               "sram_bytes": logit_sram + loss_bytes}
 
-    micro_batches = micro_batches_per_step(d)
     stage_devices = d.tp * d.cp * d.dp
-    optimizer_bytes = sharded_params(d, weight_groups(d, params), optimizer_sharded(d)) \
-        * adam_step_bytes_per_param(d)
-    optimizer = {"flops": torch.zeros_like(params), "hbm_bytes": optimizer_bytes, "sram_bytes": optimizer_bytes}
-    return {name: micro_batches * stage_devices * (d.num_layers * work[name] + logits[name])
-            + stage_devices * d.pp * optimizer[name] for name in work}
+    micro_batch_devices, devices = micro_batches_per_step(d) * stage_devices, stage_devices * d.pp
+    optimizer_bytes = devices * (sharded_params(d, weight_groups(d, params), optimizer_sharded(d))
+                                 * adam_step_bytes_per_param(d))  # (Adam runs no tensor-core FLOPs)
+    out = {name: micro_batch_devices * (d.num_layers * work[name] + logits[name]) for name in work}
+    return {name: v + optimizer_bytes if name != "flops" else v for name, v in out.items()}
 
 
 # ---- network bytes per level -------------------------------------------------------------------------
