@@ -371,8 +371,10 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
 
     ar = over_groups(all_reduce_link_bytes, [(p * grad, g, s) for p, g, s in groups])
     scatter, replicas = reduce_buffers(d, shards)
-    rs = over_groups(all_gather_link_bytes, scatter)
-    ag = over_groups(all_gather_link_bytes, gather_buffers(d, shards))
+    (rs_up, ag_up), (rs_out, ag_out) = over_groups(  # the reduce-scatter and the all-gather, as the step time: one call
+        all_gather_link_bytes, [(torch.stack([b_rs, b_ag]), g, s) for (b_rs, g, s), (b_ag, _, _)
+                                in zip(scatter, gather_buffers(d, shards))])
+    rs, ag = (rs_up, rs_out), (ag_up, ag_out)
     if replicas is not None:  # as analytical.step.model: each shard all-reduced over the replicas
         rs = tuple(a + b for a, b in zip(rs, over_groups(all_reduce_link_bytes, replicas)))
     n_ar, n_rs, n_ag = dp_collective_counts(d)

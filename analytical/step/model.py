@@ -299,10 +299,11 @@ def _data_parallel_time_s(d: DesignBatch, params, links, eff: Efficiency) -> tup
                     for b, g, s in grads)
         ar = torch.where(d.dp_mode > 0, ps, ar)
     scatter, replicas = reduce_buffers(d, shards)
-    rs = over_groups(coll.group_all_gather_time_s, scatter)
+    # the gradients' reduce-scatter and the weights' all-gather (16-bit or fp8) over each class's shard group: one call
+    rs, ag = over_groups(coll.group_all_gather_time_s, [(torch.stack([b_rs, b_ag]), g, s) for (b_rs, g, s), (b_ag, _, _)
+                                                        in zip(scatter, gather_buffers(d, shards))])
     if replicas is not None:  # each reduce-scatter's shard all-reduced over the replicas (where HSDP)
         rs = rs + over_groups(coll.group_all_reduce_time_s, replicas)
-    ag = over_groups(coll.group_all_gather_time_s, gather_buffers(d, shards))  # 16-bit or fp8
     n_ar, n_rs, n_ag = dp_collective_counts(d)
     total = n_ar * ar + n_rs * rs + n_ag * ag
     z = d.zero_stage  # ZeRO-3: DeepSpeed's per-module collectives at `zero3_comm_fraction` of the bound
