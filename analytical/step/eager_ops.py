@@ -230,16 +230,12 @@ def eager_saved_bytes(d: DesignBatch) -> tuple[torch.Tensor, torch.Tensor]:
 def eager_ops(d: DesignBatch) -> EagerOps:
     """The eager traffic of one layer (see the module docstring)."""
     zero = torch.zeros_like(d.tp)
+    any_rope = bool((d.rope_mscale != 1.0).any())
     if not (any_set(d, "activation_clamp") or any_set(d, "linear_bias") or any_set(d, "elementwise")
-            or any_set(d, "sp_keeps_gathered_input") or bool((d.rope_mscale != 1.0).any())):
+            or any_set(d, "sp_keeps_gathered_input") or any_rope):
         return EagerOps(zero, zero, zero, zero, zero)  # (every design fused: the common case, no more work)
     clamped = (d.activation_clamp > 0) & (d.fused_expert_mlp == 0) & (is_swiglu(d) > 0)
     biased = (d.linear_bias > 0) & (d.fused_expert_mlp == 0) & (is_moe(d) > 0)
-    eager = d.elementwise != ELEMENTWISE_CODES["fused"]
-    rope = d.rope_mscale != 1.0
-    dtensor = d.sp_keeps_gathered_input > 0  # (sequence parallel at tp > 1: `_dtensor_sp`)
-    if not bool(clamped.any() | biased.any() | eager.any() | rope.any() | dtensor.any()):
-        return EagerOps(zero, zero, zero, zero, zero)
     elem = activation_bytes_per_element(d)
     up_out = clamped * elem * 2.0 * local_tokens(d) * mlp_width(d) / d.tp  # gate and linear halves
     experts_out = biased * elem * local_tokens(d) * routed_copies(d) * d.hidden_size
@@ -252,7 +248,7 @@ def eager_ops(d: DesignBatch) -> EagerOps:
         recompute_bytes=CLAMP_PASSES[0] * up_out)
     if any_set(d, "elementwise"):
         ops = _add(ops, _elementwise(d, elem))
-    if bool(rope.any()):
+    if any_rope:
         ops = _add(ops, _unfused_rope(d, elem))
     if any_set(d, "sp_keeps_gathered_input"):
         ops = _add(ops, _dtensor_sp(d, elem))
