@@ -40,7 +40,7 @@ from analytical.step import collectives as coll
 from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
 from analytical.step.eager_ops import eager_ops
 from analytical.step.kernels import gemm_flops, gemm_hbm_bytes, gemm_sram_bytes
-from analytical.step.memory import (dp_collective_counts, full_recompute_share, gather_buffers, micro_batches_per_step,
+from analytical.step.memory import (dp_collective_counts, full_recompute_share, micro_batches_per_step,
                                     op_recompute, optimizer_sharded, recomputed_module_bytes, reduce_buffers,
                                     shard_groups, sharded_params, weight_groups)
 from analytical.step.param_bytes import adam_step_bytes_per_param, grad_bytes_per_param
@@ -370,10 +370,8 @@ def network_bytes(d: DesignBatch, params: torch.Tensor) -> tuple[torch.Tensor, t
         return up, out
 
     ar = over_groups(all_reduce_link_bytes, [(p * grad, g, s) for p, g, s in groups])
-    scatter, replicas = reduce_buffers(d, shards)
-    (rs_up, ag_up), (rs_out, ag_out) = over_groups(  # the reduce-scatter and the all-gather, as the step time: one call
-        all_gather_link_bytes, [(torch.stack([b_rs, b_ag]), g, s) for (b_rs, g, s), (b_ag, _, _)
-                                in zip(scatter, gather_buffers(d, shards))])
+    scatter_gather, replicas = reduce_buffers(d, shards)
+    (rs_up, ag_up), (rs_out, ag_out) = over_groups(all_gather_link_bytes, scatter_gather)
     rs, ag = (rs_up, rs_out), (ag_up, ag_out)
     if replicas is not None:  # as analytical.step.model: each shard all-reduced over the replicas
         rs = tuple(a + b for a, b in zip(rs, over_groups(all_reduce_link_bytes, replicas)))

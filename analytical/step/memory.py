@@ -162,14 +162,15 @@ def sharded_params(d: DesignBatch, groups, shard: torch.Tensor) -> torch.Tensor:
 
 
 def reduce_buffers(d: DesignBatch, shards) -> tuple[list[tuple], list[tuple] | None]:
-    """`(scatter, replicas)`: `(bytes, group, stride)` of each weight class's gradient reduce-scatter over its
-    shard group (`shard_groups` order), and under HSDP the all-reduce of each reduced shard over the replicas
-    (shard x stride apart); replicas None where no design of the batch has HSDP."""
+    """`(scatter_gather, replicas)`: `(bytes, group, stride)` of each weight class over its shard group
+    (`shard_groups` order), its bytes `(2, batch)`: the gradients' reduce-scatter and the weights' all-gather
+    (`gather_buffers`), which run over the same group, so one call prices both; and under HSDP the all-reduce of
+    each reduced shard over the replicas (shard x stride apart); replicas None where no design of the batch has HSDP."""
     grad = grad_bytes_per_param(d)
-    scatter = [(p * grad, g, s) for p, g, s, _ in shards]
+    pairs = [(torch.stack([p * grad, b]), g, s) for (p, g, s, _), (b, _, _) in zip(shards, gather_buffers(d, shards))]
     if hsdp_replicas(d) is None:
-        return scatter, None
-    return scatter, [(p * grad / g, r, s * g) for p, g, s, r in shards]
+        return pairs, None
+    return pairs, [(p * grad / g, r, s * g) for p, g, s, r in shards]
 
 
 def gather_buffers(d: DesignBatch, shards) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:

@@ -34,12 +34,12 @@ from analytical.step.kernels import (attention_peak, flash_attention_time_s, gem
                                      host_wait_s, memory_bound_time_s, offload_wait_s, sixteen_bit_peak,
                                      softmax_exp_time_s)
 from analytical.step.memory import (activation_bytes_per_layer, any_fsdp_unsharded, dp_collective_counts,
-                                    eager_cross_entropy, fsdp_keeps_unsharded, full_recompute_share, gather_buffers,
+                                    eager_cross_entropy, fsdp_keeps_unsharded, full_recompute_share,
                                     memory_breakdown, micro_batches_per_step, op_recompute, optimizer_sharded,
                                     params_per_device, recomputed_module_bytes, reduce_buffers, shard_groups,
                                     sharded_params, weight_groups)
 from analytical.step.param_bytes import adam_step_bytes_per_param, grad_bytes_per_param, sp_gather_bytes_per_element
-from analytical.step.workload import (CORE_SLOTS, GEMM_SLOTS, activation_bytes_per_element, any_expert_tp,
+from analytical.step.workload import (CORE_SLOTS, GEMM_SLOTS, Gemms, activation_bytes_per_element, any_expert_tp,
                                       any_parameter_server, attention_core_flops, attention_score_elements, expert_tp,
                                       fuse_jobs, gemm_bytes_per_element, is_kind, is_moe, is_narrow,
                                       layer_forward_flops_per_sequence, layer_gemms, local_tokens, logit_gemm_flops,
@@ -62,13 +62,12 @@ def _gemm_table_time_s(gemms, d: DesignBatch, peak: torch.Tensor, eff: Efficienc
     (`Gemms.backward`), serial repetitions included. Only the `live` slots (non-empty for some design of the batch)
     are computed, the three tables stacked in one `(3, batch, live slots)` pass; the others cost 0."""
     every = bool(live.all())
-    m, n, k, count, serial = (x if every else x[:, live] for x in (gemms.m, gemms.n, gemms.k, gemms.count,
-                                                                     gemms.serial))
+    fwd = gemms if every else Gemms(*(x[:, live] for x in (gemms.m, gemms.n, gemms.k, gemms.count, gemms.serial)))
+    m, n, k = (torch.stack([getattr(g, f) for g in (fwd, *fwd.backward())]) for f in ("m", "n", "k"))
     col = lambda x: x.unsqueeze(-1)  # noqa: E731  ((batch,) -> (batch, 1), against the slots)
-    t = gemm_time_s(torch.stack([m, m, k]), torch.stack([n, k, n]), torch.stack([k, n, m]), count, col(peak),
-                    col(d.compute_units), col(d.tile_m), col(d.tile_n), col(d.hbm_bw_bytes_per_s),
-                    col(d.sram_bw_bytes_per_s), col(d.kernel_launch_s), col(gemm_bytes_per_element(d)), eff,
-                    col(gemm_peak_fraction(d, eff))) * serial
+    t = gemm_time_s(m, n, k, fwd.count, col(peak), col(d.compute_units), col(d.tile_m), col(d.tile_n),
+                    col(d.hbm_bw_bytes_per_s), col(d.sram_bw_bytes_per_s), col(d.kernel_launch_s),
+                    col(gemm_bytes_per_element(d)), eff, col(gemm_peak_fraction(d, eff))) * fwd.serial
     if every:
         return list(t)
     out = t.new_zeros((3, *gemms.m.shape))
@@ -298,10 +297,8 @@ def _data_parallel_time_s(d: DesignBatch, params, links, eff: Efficiency) -> tup
                                                        d.ps_server_sum_bytes_per_s, placed=coll.placed_group(d, g, s))
                     for b, g, s in grads)
         ar = torch.where(d.dp_mode > 0, ps, ar)
-    scatter, replicas = reduce_buffers(d, shards)
-    # the gradients' reduce-scatter and the weights' all-gather (16-bit or fp8) over each class's shard group: one call
-    rs, ag = over_groups(coll.group_all_gather_time_s, [(torch.stack([b_rs, b_ag]), g, s) for (b_rs, g, s), (b_ag, _, _)
-                                                        in zip(scatter, gather_buffers(d, shards))])
+    scatter_gather, replicas = reduce_buffers(d, shards)
+    rs, ag = over_groups(coll.group_all_gather_time_s, scatter_gather)  # (weights gathered in 16 bits or fp8)
     if replicas is not None:  # each reduce-scatter's shard all-reduced over the replicas (where HSDP)
         rs = rs + over_groups(coll.group_all_reduce_time_s, replicas)
     n_ar, n_rs, n_ag = dp_collective_counts(d)
