@@ -57,8 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         return _fail(f"unknown command {command!r}: allowed {', '.join(COMMANDS)}")
     from analytical.specs import SpecError
+    from deepflow.allocator import retain_freed_memory
     from deepflow.presets import ConfigError
 
+    retain_freed_memory()  # batched evaluation without a page fault for every temporary (deepflow/allocator.py)
     try:
         return _command(command)(overrides)
     except (ConfigError, SpecError) as exc:

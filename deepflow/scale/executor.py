@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from deepflow.allocator import retain_freed_memory
 from deepflow.presets import ConfigError
 from deepflow.scale.shards import (
     KILL_ONCE_ENV,
@@ -184,6 +185,7 @@ def start_ray(options: ExecutorOptions) -> bool:
 
 
 def _run_chunk(fn, chunk: list[tuple]) -> list:
+    retain_freed_memory()  # (in a Ray worker)
     return [fn(*args) for args in chunk]
 
 

@@ -48,6 +48,9 @@ def task(cfg) -> int:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from deepflow.allocator import retain_freed_memory
+
+    retain_freed_memory()  # (a launcher's worker process did not start from `deepflow.cli.main`)
     hc = HydraConfig.get()
     if os.getcwd() != hc.runtime.cwd:
         os.chdir(hc.runtime.cwd)

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from analytical.codes import DTYPE
+from deepflow.allocator import retain_freed_memory
 
 MANIFEST = "manifest.json"
 DESIGN_ID = "design_id"
@@ -94,6 +95,7 @@ def compute_block(space, method: str, seed: int, block: int, block_size: int, di
     """Evaluate block `block` and write its shard: what a worker runs (`threads`: torch's intra-op
     threads there; a Ray worker takes one, one worker per CPU). Returns
     `{"rows", "feasible"}` (no table: the driver stays small)."""
+    retain_freed_memory()
     if threads is not None:
         torch.set_num_threads(threads)
     frame = block_frame(space, method, seed, block, block_size)

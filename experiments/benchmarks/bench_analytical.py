@@ -1,6 +1,6 @@
 """Speed of the analytical model: one design, a million designs, and the best-mapping search.
 
-    python experiments/benchmarks/bench_analytical.py [--batch 1000000] [--repeats 300]
+    python experiments/benchmarks/bench_analytical.py [--batch 1000000] [--repeats 300] [--glibc-defaults]
 
 Prints human-readable figures, then ONE JSON line (the last line of stdout) with:
 
@@ -22,6 +22,11 @@ Prints human-readable figures, then ONE JSON line (the last line of stdout) with
   produce per design (counted with a `TorchDispatchMode`): deterministic, where wall times on a shared
   2-core machine move by 10-30 % between runs, so two versions of the model compare exactly.
 
+- retain_freed_memory: whether the process kept its freed memory (`deepflow.allocator.retain_freed_memory`, as
+  the `deepflow` command does; false with `--glibc-defaults`, which leaves glibc's malloc as it starts, or off
+  glibc); page_faults_per_chunk: the minor page faults of one 65,536-design `evaluate` (after a warm-up);
+  max_rss_mib: the process's peak resident memory.
+
 Targets: single design <= 1 ms, >= 1e6 designs/s, search <= 5 s. torch runs on 2 threads.
 The specs are built in code (datasheet values, not the conf/ presets) so the figures do not move
 when a preset is edited.
@@ -32,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import resource
 import statistics
 import time
 
@@ -41,6 +47,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from analytical import AcceleratorSpec, MappingSpec, ModelSpec, SystemSpec, evaluate, single_design
 from analytical.codes import DTYPE
 from analytical.search import SearchOptions, best_mappings
+from deepflow.allocator import retain_freed_memory
 
 # NVIDIA A100 SXM4 80GB datasheet (dense tensor-core peaks); 40 MiB L2, 7 TB/s L2 (estimate);
 # NVLink3 300 GB/s per direction; one 200 Gbit/s HDR NIC per GPU in a DGX A100.
@@ -156,7 +163,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=300)
     parser.add_argument("--batch-repeats", type=int, default=3)
     parser.add_argument("--search-repeats", type=int, default=5)
+    parser.add_argument("--glibc-defaults", action="store_true",
+                        help="leave glibc's malloc as it starts instead of retaining freed memory")
     args = parser.parse_args()
+    retained = False if args.glibc_defaults else retain_freed_memory()
     torch.set_num_threads(2)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, Python {platform.python_version()}, "
           f"{platform.processor() or platform.machine()}")
@@ -195,6 +205,9 @@ def main() -> None:
     single_ops, _ = count_ops(prebuilt)
     chunk_designs = designs.index(slice(0, min(chunk, args.batch)))
     chunk_ops, chunk_elements = count_ops(chunk_designs)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    evaluate(chunk_designs)
+    chunk_faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     walls, feasible = [], 0.0
     for _ in range(args.batch_repeats):
         start = time.perf_counter()
@@ -208,6 +221,7 @@ def main() -> None:
           f"{chunked_s:.3f} s -> {args.batch / chunked_s:,.0f} designs/s; target >= 1,000,000/s")
     print(f"[tensor ops] one evaluate: {single_ops:,} for the single design, {chunk_ops:,} for a chunk of "
           f"{chunk_designs.batch_size:,} ({chunk_elements / chunk_designs.batch_size:,.0f} result elements a design)")
+    print(f"[memory] freed memory retained: {retained}; {chunk_faults:,} minor page faults an evaluate of the chunk")
 
     result = {
         "single_design_ms": round(single_ms, 4),
@@ -231,6 +245,9 @@ def main() -> None:
         "mappings_enumerated_13b_h100": search_13b["enumerated"],
         "mappings_feasible_13b_h100": search_13b["feasible"],
         "best_mapping_13b_h100": search_13b["best"],
+        "retain_freed_memory": retained,
+        "page_faults_per_chunk": chunk_faults,
+        "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
     }

@@ -2,6 +2,7 @@
 energy (analytical/space.py, analytical/chip/derive.py, analytical/step/model.py), and its gradient.
 
     python experiments/benchmarks/bench_joint.py [--batch 100000] [--grad-batch 1000] [--repeats 5] [--threads 1]
+                                                [--glibc-defaults]
 
 Prints human-readable figures, then ONE JSON line (the last line of stdout) with:
 
@@ -12,7 +13,8 @@ Prints human-readable figures, then ONE JSON line (the last line of stdout) with
 - grad_eval_ms: one forward and backward pass of sum(log step time + log energy) w.r.t. the
   `--grad-batch` points (feasible Sobol samples), median of `--repeats`.
 
-Target: >= 3e5 joint designs/s on the 2-core machine.
+The process keeps its freed memory (`deepflow.allocator.retain_freed_memory`, as the `deepflow` command does)
+unless `--glibc-defaults`. Target: >= 3e5 joint designs/s on the 2-core machine.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import time
 
 import torch
 
+from deepflow.allocator import retain_freed_memory
 from deepflow.config import compose_config, space_from_config
 
 
@@ -43,7 +46,10 @@ def main() -> None:
     parser.add_argument("--grad-batch", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--glibc-defaults", action="store_true",
+                        help="leave glibc's malloc as it starts instead of retaining freed memory")
     args = parser.parse_args()
+    retained = False if args.glibc_defaults else retain_freed_memory()
     torch.set_num_threads(args.threads)
 
     space = space_from_config(compose_config(["space=joint"]))
@@ -74,7 +80,7 @@ def main() -> None:
           f"{bool(torch.isfinite(grad).all())}")
     print(json.dumps({"joint_designs_per_s": round(args.batch / total_s), "grad_eval_ms": round(grad_s * 1e3, 2),
                       "derive_share": round(derive_s / total_s, 3), "batch": args.batch, "grad_batch": args.grad_batch,
-                      "threads": args.threads, "finite": finite}))
+                      "threads": args.threads, "finite": finite, "retain_freed_memory": retained}))
 
 
 if __name__ == "__main__":
