@@ -94,17 +94,23 @@ def gemm_sram_bytes(m, n, k, count, tile_m, tile_n, bytes_per_element) -> torch.
 
 def gemm_time_s(m, n, k, count, peak_flops_per_s, compute_units, tile_m, tile_n, hbm_bw_bytes_per_s,
                 sram_bw_bytes_per_s, launch_s, bytes_per_element, eff: Efficiency,
-                peak_fraction=None) -> torch.Tensor:
-    """Roofline over compute, HBM and SRAM, plus one kernel launch. Zero-size GEMMs cost 0."""
+                peak_fraction=None, traffic=None) -> torch.Tensor:
+    """Roofline over compute, HBM and SRAM, plus one kernel launch. Zero-size GEMMs cost 0.
+
+    `traffic`: an `(m, n, k)` that broadcasts against the shapes, in which to count the compulsory and tile
+    traffic instead (both symmetric in m, n and k, so the permuted shapes of a forward GEMM's input- and
+    weight-gradient GEMMs can share the forward's: `analytical.step.model` passes the forward table against the
+    three tables stacked). Default: `(m, n, k)`."""
     compute, parts = _gemm_compute_time_s(k, gemm_tiles(m, n, count, tile_m, tile_n), peak_flops_per_s,
                                           compute_units, tile_m, tile_n, eff, peak_fraction)
-    hbm_bytes = gemm_hbm_bytes(m, n, k, count, bytes_per_element)
+    tm, tn, tk = (m, n, k) if traffic is None else traffic
+    hbm_bytes = gemm_hbm_bytes(tm, tn, tk, count, bytes_per_element)
     if parts is not None:  # split-K's fp32 partial sums: written once by each part, read once by the reduction
         hbm_bytes = hbm_bytes + 8.0 * count * m * n * (parts - 1.0)
     hbm = hbm_bytes / (hbm_bw_bytes_per_s * eff.hbm_bw_fraction)
-    sram = gemm_sram_bytes(m, n, k, count, tile_m, tile_n, bytes_per_element) / sram_bw_bytes_per_s
+    sram = gemm_sram_bytes(tm, tn, tk, count, tile_m, tile_n, bytes_per_element) / sram_bw_bytes_per_s
     time = torch.maximum(torch.maximum(compute, hbm), sram) + launch_s
-    return torch.where(m * n * k * count > 0, time, 0.0)
+    return torch.where(tm * tn * tk * count > 0, time, 0.0)
 
 
 def memory_bound_time_s(bytes_moved, num_kernels, hbm_bw_bytes_per_s, launch_s,

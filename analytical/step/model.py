@@ -67,7 +67,8 @@ def _gemm_table_time_s(gemms, d: DesignBatch, peak: torch.Tensor, eff: Efficienc
     col = lambda x: x.unsqueeze(-1)  # noqa: E731  ((batch,) -> (batch, 1), against the slots)
     t = gemm_time_s(m, n, k, fwd.count, col(peak), col(d.compute_units), col(d.tile_m), col(d.tile_n),
                     col(d.hbm_bw_bytes_per_s), col(d.sram_bw_bytes_per_s), col(d.kernel_launch_s),
-                    col(gemm_bytes_per_element(d)), eff, col(gemm_peak_fraction(d, eff))) * fwd.serial
+                    col(gemm_bytes_per_element(d)), eff, col(gemm_peak_fraction(d, eff)),
+                    traffic=(fwd.m, fwd.n, fwd.k)) * fwd.serial
     if every:
         return list(t)
     out = t.new_zeros((3, *gemms.m.shape))

@@ -151,6 +151,25 @@ def test_gemm_time_decreases_with_hbm_bandwidth():
     assert torch.any(fast < slow)
 
 
+@pytest.mark.parametrize("hbm_bw, sram_bw", [(2039e9, 7e12), (1e9, 7e12), (2039e9, 1e9)])
+def test_a_gradient_gemm_may_count_its_traffic_on_the_forward_shape(hbm_bw, sram_bw):
+    """The input- and weight-gradient GEMMs' compulsory and tile traffic is the forward's, exactly (integer shapes):
+    what `traffic=` lets `analytical.step.model` count once for the three tables, in every bound (compute, HBM,
+    SRAM; split-K's partial sums stay the gradient shape's own)."""
+    g = torch.Generator().manual_seed(3)
+    m, n, k = (torch.randint(1, 20000, (200,), generator=g).to(F) for _ in range(3))
+    count = torch.randint(1, 9, (200,), generator=g).to(F)
+
+    def time(shape, traffic=None):
+        return gemm_time_s(*shape, count, t(312e12), t(108), t(128), t(256), t(hbm_bw), t(sram_bw), t(4e-6), t(2),
+                           DEFAULT_EFFICIENCY, traffic=traffic)
+
+    for grad in ((m, k, n), (k, n, m)):  # `Gemms.backward`'s input and weight gradients
+        assert torch.equal(time(grad, traffic=(m, n, k)), time(grad))
+    if sram_bw > hbm_bw > 1e12:  # where some products are compute-bound, the shapes' own times differ
+        assert not torch.equal(time((m, k, n)), time((m, n, k)))
+
+
 def test_memory_bound_time_is_linear_in_bytes():
     eff = DEFAULT_EFFICIENCY
     nbytes = torch.linspace(0, 1e10, 11, dtype=F)
