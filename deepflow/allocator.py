@@ -10,9 +10,9 @@ mallopt(3)). Every page the next tensor touches is then a minor page fault, a pa
 `retain_freed_memory` keeps that memory in the process: blocks below glibc's own ceiling for its dynamic
 threshold come from the heap, and the heap keeps up to 1 GiB of free top. Measured with
 experiments/benchmarks/bench_analytical.py against its `--glibc-defaults` (medians of six interleaved runs on
-the 2-core machine): 512 against 3,425 minor page faults an evaluate of a 65,536-design chunk, 1.0e6 against
-7.8e5 designs/s in such chunks. Peak resident memory is the same; the process keeps its peak instead of
-falling back after each chunk. Results are unchanged (the same arithmetic on the same values).
+the 2-core machine, README Performance): 0.5 against 8,609 minor page faults an evaluate of a 65,536-design
+chunk, 1.04e6 against 8.1e5 designs/s in such chunks. Peak resident memory is the same; the process keeps its peak
+instead of falling back after each chunk. Results are unchanged (the same arithmetic on the same values).
 The `deepflow` command and its workers call it; a Python caller of `analytical.evaluate` may.
 """
 
