@@ -34,6 +34,7 @@ from pathlib import Path
 import ray
 import torch
 
+from deepflow.allocator import retain_freed_memory
 from deepflow.config import compose_config, space_from_config
 from deepflow.scale.executor import ExecutorOptions, sample_in_memory, sample_to_shards
 from deepflow.scale.shards import KILL_ONCE_ENV, BlockPlan, compute_block
@@ -78,6 +79,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--large-only", action="store_true", help="only the large run (one JSON line)")
     args = parser.parse_args()
+    retain_freed_memory()  # as `deepflow sample` does in process (its Ray workers do it themselves)
     torch.set_num_threads(1)
     space = space_from_config(compose_config([f"space={args.space}"], config_name="sample"))
     work = Path(tempfile.mkdtemp(prefix="bench_scale_"))
