@@ -18,7 +18,9 @@ on this process's CPU for `--error-size` designs: the largest and median |relati
 time, energy and memory over the designs feasible in both, and the designs whose feasibility or
 infeasibility reason differs.
 
-Prints a table, then ONE JSON line (the last line of stdout).
+The process keeps the memory it frees (`deepflow.allocator`, as the `deepflow` command does; not with
+`--glibc-defaults`): CPU tensors come from the C library's malloc. Prints a table, then ONE JSON line (the last
+line of stdout), with `retain_freed_memory`.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench_analytical import random_designs  # noqa: E402
+from deepflow.allocator import retain_freed_memory  # noqa: E402  (ctypes only: no Hydra, no MLflow)
 
 from analytical import evaluate  # noqa: E402
 
@@ -101,7 +104,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--big-chunk", type=int, default=1 << 22)
     parser.add_argument("--error-size", type=int, default=1 << 20)
+    parser.add_argument("--glibc-defaults", action="store_true",
+                        help="leave glibc's malloc as it starts instead of retaining freed memory (CPU tensors)")
     args = parser.parse_args()
+    retained = False if args.glibc_defaults else retain_freed_memory()
     device = torch.device(args.device)
     sizes = [int(s) for s in args.sizes.split(",")]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or "cpu")
@@ -130,7 +136,7 @@ def main() -> None:
     best = max(rows, key=lambda r: r["resident_designs_per_s"])
     print(json.dumps({"device": name, "torch": torch.__version__, "speed": rows, "error": errors,
                       "best_resident_designs_per_s": round(best["resident_designs_per_s"]),
-                      "best": {k: best[k] for k in ("designs", "dtype", "chunk")}}))
+                      "best": {k: best[k] for k in ("designs", "dtype", "chunk")}, "retain_freed_memory": retained}))
 
 
 if __name__ == "__main__":
