@@ -103,14 +103,14 @@ def gemm_time_s(m, n, k, count, peak_flops_per_s, compute_units, tile_m, tile_n,
     three tables stacked). Default: `(m, n, k)`."""
     compute, parts = _gemm_compute_time_s(k, gemm_tiles(m, n, count, tile_m, tile_n), peak_flops_per_s,
                                           compute_units, tile_m, tile_n, eff, peak_fraction)
-    tm, tn, tk = (m, n, k) if traffic is None else traffic
-    hbm_bytes = gemm_hbm_bytes(tm, tn, tk, count, bytes_per_element)
+    tr_m, tr_n, tr_k = (m, n, k) if traffic is None else traffic
+    hbm_bytes = gemm_hbm_bytes(tr_m, tr_n, tr_k, count, bytes_per_element)
     if parts is not None:  # split-K's fp32 partial sums: written once by each part, read once by the reduction
         hbm_bytes = hbm_bytes + 8.0 * count * m * n * (parts - 1.0)
     hbm = hbm_bytes / (hbm_bw_bytes_per_s * eff.hbm_bw_fraction)
-    sram = gemm_sram_bytes(tm, tn, tk, count, tile_m, tile_n, bytes_per_element) / sram_bw_bytes_per_s
+    sram = gemm_sram_bytes(tr_m, tr_n, tr_k, count, tile_m, tile_n, bytes_per_element) / sram_bw_bytes_per_s
     time = torch.maximum(torch.maximum(compute, hbm), sram) + launch_s
-    return torch.where(tm * tn * tk * count > 0, time, 0.0)
+    return torch.where(tr_m * tr_n * tr_k * count > 0, time, 0.0)  # (the same product m n k: a permutation)
 
 
 def memory_bound_time_s(bytes_moved, num_kernels, hbm_bw_bytes_per_s, launch_s,
