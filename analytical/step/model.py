@@ -119,7 +119,8 @@ def evaluate(d: DesignBatch, eff: Efficiency = DEFAULT_EFFICIENCY, chunk_size: i
     `"cuda"`): each chunk is moved there, evaluated in the batch's dtype, and its result moved back to `d`'s device;
     `None` computes where `d` is. A batch with nothing to differentiate (`d.tracks_grad` false) is evaluated in
     `torch.inference_mode`, which skips autograd's dispatch (some 12 % of one design's time); its results come back
-    as ordinary tensors."""
+    as ordinary tensors. On a CPU with glibc, large batches run ~28 % faster in a process that keeps the memory it
+    frees (`deepflow.allocator.retain_freed_memory()`, which the `deepflow` command calls)."""
     home = d.tp.device
     target = home if device is None else torch.device(device)
     chunk_size = chunk_size or (65536 if target.type == "cpu" else 1 << 20)
