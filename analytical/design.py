@@ -251,7 +251,11 @@ def _set_fields(d: DesignBatch) -> dict[str, bool]:
 def any_set(d: DesignBatch, name: str) -> bool:
     """Whether some design of the batch sets the field `name` above its off value (`OFF_VALUES`). One
     evaluation reads every such field in one pass and one host synchronisation, where a check per term costs
-    three tensor operations and a synchronisation each (most of a single design's skip checks)."""
+    three tensor operations and a synchronisation each (most of a single design's skip checks). A batch outside
+    an evaluation (not `memoizing`, e.g. the mapping rules a space checks on its raw draws) reads the one field:
+    the pass over all of them would be repeated at every check."""
+    if d.__dict__.get(_MEMO) is None:
+        return bool((getattr(d, name) > OFF_VALUES[name]).any())
     return _set_fields(d)[name]
 
 

@@ -62,9 +62,8 @@ def log_sample_run(space, path: Path, params: dict, metrics: dict, experiment: s
     (`deepflow.scale.sweep_runs.parent_of_job`), whose experiment the run joins as its child."""
     import mlflow
 
-    from deepflow.commands.train_surrogate import log_dataset
     from deepflow.scale.shards import MANIFEST
-    from deepflow.tracking import experiment_id_for
+    from deepflow.tracking import experiment_id_for, log_dataset
     from surrogates.columns import space_to_dict
 
     tags = {"deepflow.command": "sample"}

@@ -185,21 +185,6 @@ def cmd_train_surrogate(overrides: list[str]) -> int:
     return 0
 
 
-def log_dataset(df, source: str, context: str, name: str = "samples") -> None:
-    """`df` as a dataset input of the active run, its source a path or artifact URI (a URI MLflow
-    cannot resolve, e.g. of a remote artifact store, is logged without a source)."""
-    import mlflow
-    from mlflow.exceptions import MlflowException
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # MLflow's notes on ambiguous sources and int columns
-        try:
-            dataset = mlflow.data.from_pandas(df, source=source, name=name)
-        except MlflowException:
-            dataset = mlflow.data.from_pandas(df, name=name)
-        mlflow.log_input(dataset, context=context)
-
-
 def log_training(result, samples, cfg, opts, registered: str, champion_metric: str, source: str, source_run,
                  train_s: float):
     """The MLflow run of a training: params, metrics, plots, dataset input, registered model."""
@@ -207,7 +192,7 @@ def log_training(result, samples, cfg, opts, registered: str, champion_metric: s
     import mlflow
 
     from deepflow.config import option
-    from deepflow.tracking import experiment_id_for
+    from deepflow.tracking import experiment_id_for, log_dataset
     from surrogates.registry import log_predictor, promote_if_better
     from surrogates.training import calibration_figure, parity_figure
 
