@@ -134,7 +134,7 @@ def test_a_pandas_dataset_gets_the_schema_digest_and_profile_mlflow_would_give_i
                        "note": pd.Series(["x"] * n, dtype=object)})
     df.loc[n - 1, "step_time_s"] = np.nan  # beyond the rows the column types are read from: not required
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore")  # MLflow's notes on int columns, and pandas' on MLflow's own digest code
         ours, theirs = pandas_dataset(df, name="s").to_dict(), mlflow.data.from_pandas(df, name="s").to_dict()
         assert ours == theirs
         assert '"name": "step_time_s", "required": false' in ours["schema"]
