@@ -128,12 +128,17 @@ def pandas_digest(df) -> str:
 
 def pandas_dataset(df, source: Optional[str] = None, name: str = "samples"):
     """`mlflow.data.from_pandas(df, source, name)` with its schema and digest computed a column at a time: the
-    column types from the first `SCHEMA_ROWS` rows, a column required where it has no missing value."""
+    column types from the first `SCHEMA_ROWS` rows, a column required where it has no missing value. A source
+    MLflow cannot resolve (a URI of a remote artifact store) is left out."""
     import mlflow
+    from mlflow.exceptions import MlflowException
     from mlflow.types import ColSpec, Schema
 
     kwargs = {"name": name, "digest": pandas_digest(df)}
-    dataset = mlflow.data.from_pandas(df, source=source, **kwargs) if source else mlflow.data.from_pandas(df, **kwargs)
+    try:
+        dataset = mlflow.data.from_pandas(df, source=source, **kwargs)
+    except MlflowException:
+        dataset = mlflow.data.from_pandas(df, **kwargs)
     try:
         head = mlflow.models.infer_signature(df.head(SCHEMA_ROWS)).inputs
     except Exception:  # noqa: BLE001  (as MLflow's own `schema`: no schema where none can be inferred)
@@ -145,17 +150,11 @@ def pandas_dataset(df, source: Optional[str] = None, name: str = "samples"):
 
 
 def log_dataset(df, source: str, context: str, name: str = "samples") -> None:
-    """`df` as a dataset input of the active run, its source a path or artifact URI (a URI MLflow
-    cannot resolve, e.g. of a remote artifact store, is logged without a source)."""
+    """`df` as a dataset input of the active run, its source a path or artifact URI (`pandas_dataset`)."""
     import warnings
 
     import mlflow
-    from mlflow.exceptions import MlflowException
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # MLflow's notes on ambiguous sources and int columns
-        try:
-            dataset = pandas_dataset(df, source=source, name=name)
-        except MlflowException:
-            dataset = pandas_dataset(df, name=name)
-        mlflow.log_input(dataset, context=context)
+        mlflow.log_input(pandas_dataset(df, source=source, name=name), context=context)
