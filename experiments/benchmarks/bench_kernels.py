@@ -14,9 +14,11 @@ preset's datasheet fields) beside the median time of the same product on this de
   Transformer Engine's FP8 GEMMs call);
 - attention: `scaled_dot_product_attention`, causal, bf16, forward and forward + backward, with the cuDNN
   backend (the model's `attention_kernel=native`, Transformer Engine's fused attention) and the flash
-  backend (`attention_kernel=fa2`, FlashAttention-2). Grouped-query K and V are repeated to the query heads.
-Then the board's power and SM clock (nvidia-smi, every 100 ms) while one large bf16 and one large FP8 GEMM
-run back to back for a few seconds each.
+  backend (`attention_kernel=fa2`, FlashAttention-2). K and V carry all the query heads (grouped-query
+  attention's shared heads repeated). The time is the profiler's device time of the kernels (the CUDA-event
+  wall time of back-to-back calls is kept in the JSON).
+Then the board's power and SM clock (nvidia-smi, every 100 ms) while a large bf16 GEMM, a large FP8 GEMM and a
+large copy each run back to back for a few seconds, beside the energy model's board power at the rate measured.
 
 Nothing is fitted to these timings: they check the kernel layer of a model fitted on whole training steps.
 An isolated kernel runs with the whole GPU and a warm L2, so it is an upper bound on a training step's kernel
@@ -42,10 +44,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from analytical import AcceleratorSpec, MappingSpec, ModelSpec, SystemSpec, single_design  # noqa: E402
-from analytical.design import per_precision  # noqa: E402
-from analytical.step.attention import attention_width  # noqa: E402
-from analytical.step.efficiency import Efficiency  # noqa: E402
 from analytical.chip.silicon import CLOCKED_SHARE  # noqa: E402
+from analytical.design import per_precision  # noqa: E402
+from analytical.step.attention import attention_width, head_dim  # noqa: E402
+from analytical.step.efficiency import Efficiency  # noqa: E402
 from analytical.step.energy import units_power_at_peak_w  # noqa: E402
 from analytical.step.kernels import (attention_peak, flash_attention_time_s, gemm_hbm_bytes,  # noqa: E402
                                      gemm_peak_fraction, gemm_sram_bytes, gemm_time_s, softmax_exp_time_s)
@@ -141,8 +143,7 @@ def gemm_call(m: int, n: int, k: int, fp8: bool, device: torch.device):
 def attention_call(d, backward: bool, device: torch.device):
     """SDPA on the layer's local heads (bf16, causal); with backward, forward + backward."""
     heads = int(d.num_heads.item() / d.tp.item())
-    head_dim = int(d.hidden_size.item() / d.num_heads.item())
-    shape = (int(d.micro_batch_size.item()), heads, int(d.seq_length.item() / d.cp.item()), head_dim)
+    shape = (int(d.micro_batch_size.item()), heads, int(d.seq_length.item() / d.cp.item()), int(head_dim(d).item()))
     q, k, v = (torch.randn(shape, device=device, dtype=torch.bfloat16, requires_grad=backward) for _ in range(3))
     grad = torch.randn(shape, device=device, dtype=torch.bfloat16)
 
