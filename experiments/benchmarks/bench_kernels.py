@@ -346,8 +346,10 @@ def main() -> None:
     device = torch.device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     hardware = args.hardware or next((p for key, p in GPU_PRESETS.items() if key in name), None)
-    if hardware is None:
-        parser.error(f"--hardware: no preset known for {name!r}; name one of conf/hardware/")
+    known = sorted(f.stem for f in (ROOT / "conf" / "hardware").glob("*.yaml"))
+    if hardware is None or hardware not in known:
+        what = f"{hardware!r} is not a preset" if hardware else f"no preset known for {name!r}"
+        parser.error(f"--hardware: {what}; allowed {', '.join(known)}")
     fp8_ok = device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
     eff = Efficiency()
     print(f"torch {torch.__version__} on {name}; model preset {hardware}")

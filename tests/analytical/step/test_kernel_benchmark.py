@@ -72,8 +72,10 @@ def test_the_benchmark_runs_on_a_cpu_and_ends_with_its_json_line(tmp_path):
     assert "gemm_bf16" in result["summary"]
 
 
-def test_an_unknown_gpu_without_a_preset_is_one_named_error():
-    run = subprocess.run([sys.executable, str(BENCH), "--device", "cpu"], capture_output=True, text=True,
+@pytest.mark.parametrize("extra, named", [([], "'cpu'"), (["--hardware", "h100-sxm-80gbx"], "'h100-sxm-80gbx'")])
+def test_an_unknown_gpu_or_preset_is_one_named_error(extra, named):
+    run = subprocess.run([sys.executable, str(BENCH), "--device", "cpu", *extra], capture_output=True, text=True,
                          timeout=120, cwd=ROOT)
-    assert run.returncode == 2 and "--hardware" in run.stderr and "'cpu'" in run.stderr
+    assert run.returncode == 2 and "--hardware" in run.stderr and named in run.stderr
+    assert "h200-sxm-141gb" in run.stderr  # the allowed presets
     assert "Traceback" not in run.stderr
