@@ -44,11 +44,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from analytical import AcceleratorSpec, MappingSpec, ModelSpec, SystemSpec, single_design  # noqa: E402
-from analytical.chip.silicon import CLOCKED_SHARE  # noqa: E402
 from analytical.design import per_precision  # noqa: E402
 from analytical.step.attention import attention_width, head_dim  # noqa: E402
 from analytical.step.efficiency import Efficiency  # noqa: E402
-from analytical.step.energy import units_power_at_peak_w  # noqa: E402
+from analytical.step import energy  # noqa: E402
 from analytical.step.kernels import (attention_peak, flash_attention_time_s, gemm_hbm_bytes,  # noqa: E402
                                      gemm_peak_fraction, gemm_sram_bytes, gemm_time_s, softmax_exp_time_s)
 from analytical.step.workload import (GEMM_SLOTS, activation_bytes_per_element, attention_core_flops,  # noqa: E402
@@ -212,14 +211,16 @@ class PowerLog:
 
 
 def predicted_power_w(d, flops: float, sram_bytes: float, hbm_bytes: float, seconds: float) -> float:
-    """The energy model's board power for one kernel running back to back (`analytical.step.energy`: the compute
-    units' clocked share of their peak power while a kernel runs, the rest per FLOP, SRAM and HBM bytes, and
-    static power)."""
-    share = CLOCKED_SHARE
-    joules = (share * units_power_at_peak_w(d) * seconds
-              + (1.0 - share) * flops * per_precision(d, "flop_energy_", "_j")
-              + sram_bytes * d.sram_energy_j_per_byte + hbm_bytes * d.hbm_energy_j_per_byte)
-    return float(joules / seconds + d.static_power_w)
+    """The energy model's board power for one kernel running back to back for `seconds` on one device, from the
+    terms `analytical.step.energy.step_energy` adds up: compute (its clocked share of the units' peak power
+    while a kernel runs, the rest per FLOP), SRAM and HBM bytes, and static power."""
+    one = torch.ones(1, dtype=d.tp.dtype)
+    joules = (energy.compute_energy_j(flops * one, energy.flop_energy_for_precision(d),
+                                      energy.units_power_at_peak_w(d), seconds * one, one)
+              + energy.sram_energy_j(sram_bytes * one, d.sram_energy_j_per_byte)
+              + energy.hbm_energy_j(hbm_bytes * one, d.hbm_energy_j_per_byte)
+              + energy.static_energy_j(d.static_power_w, seconds * one, one))
+    return float(joules / seconds)
 
 
 def sustained(kind: str, d, device: torch.device, seconds: float, size: int) -> dict:

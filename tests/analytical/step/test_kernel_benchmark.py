@@ -79,3 +79,18 @@ def test_an_unknown_gpu_or_preset_is_one_named_error(extra, named):
     assert run.returncode == 2 and "--hardware" in run.stderr and named in run.stderr
     assert "h200-sxm-141gb" in run.stderr  # the allowed presets
     assert "Traceback" not in run.stderr
+
+
+def test_the_benchmarks_power_is_the_energy_models_sum(bench):
+    """A kernel that moves nothing draws the compute units' clocked power and static power; each FLOP and byte
+    adds its energy over the kernel's time."""
+    from analytical.chip.silicon import CLOCKED_SHARE
+    from analytical.step.energy import units_power_at_peak_w
+
+    d = bench.design("h100-sxm-80gb", "llama3-8b", 1, 1, 8192, "bf16")
+    idle = CLOCKED_SHARE * float(units_power_at_peak_w(d)) + float(d.static_power_w)
+    assert bench.predicted_power_w(d, 0.0, 0.0, 0.0, 2.0) == pytest.approx(idle, rel=1e-12)
+    hbm = bench.predicted_power_w(d, 0.0, 0.0, 3e12, 1.0) - idle
+    assert hbm == pytest.approx(3e12 * float(d.hbm_energy_j_per_byte), rel=1e-9)
+    sram = bench.predicted_power_w(d, 0.0, 1e13, 0.0, 1.0) - idle
+    assert sram == pytest.approx(1e13 * float(d.sram_energy_j_per_byte), rel=1e-9)
