@@ -17,8 +17,9 @@ preset's datasheet fields) beside the median time of the same product on this de
   backend (`attention_kernel=fa2`, FlashAttention-2). K and V carry all the query heads (grouped-query
   attention's shared heads repeated). The time is the profiler's device time of the kernels (the CUDA-event
   wall time of back-to-back calls is kept in the JSON).
-Then the board's power and SM clock (nvidia-smi, every 100 ms) while a large bf16 GEMM, a large FP8 GEMM and a
-large copy each run back to back for a few seconds, beside the energy model's board power at the rate measured.
+Then the board's power and SM clock (nvidia-smi, every 100 ms) while a large bf16 GEMM, a large FP8 GEMM, a
+large copy and Llama 3 8B's attention at 8k tokens (forward + backward) each run back to back for a few seconds,
+and while nothing runs, beside the energy model's board power at the rate measured (static power when idle).
 
 Nothing is fitted to these timings: they check the kernel layer of a model fitted on whole training steps.
 An isolated kernel runs with the whole GPU and a warm L2, so it is an upper bound on a training step's kernel
@@ -28,6 +29,7 @@ speed. Prints a table, then ONE JSON line (the last line of stdout).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -224,9 +226,19 @@ def predicted_power_w(d, flops: float, sram_bytes: float, hbm_bytes: float, seco
 
 
 def sustained(kind: str, d, device: torch.device, seconds: float, size: int) -> dict:
-    """A kernel back to back for `seconds`: a size^3 GEMM (`bf16`, `fp8`) or a copy of size^2 fp32 elements
-    (`copy`): its rate, nvidia-smi's power and clock, and the energy model's power at the measured rate."""
-    if kind == "copy":
+    """A kernel back to back for `seconds`: a size^3 GEMM (`bf16`, `fp8`), a copy of size^2 fp32 elements
+    (`copy`), the fused attention forward + backward of `d` (`attention`, cuDNN) or no kernel at all (`idle`,
+    priced at static power): its rate, nvidia-smi's power and clock, and the energy model's power at the measured
+    rate."""
+    backend_ = None
+    if kind == "idle":
+        call = lambda: time.sleep(0.01)  # noqa: E731
+        flops, sram, hbm = 0.0, 0.0, 0.0
+    elif kind == "attention":
+        call, backend_ = attention_call(d, True, device), backend("native", device)
+        qkvo = 4.0 * local_tokens(d) * attention_width(d) / d.tp * activation_bytes_per_element(d)
+        flops, sram, hbm = 3.5 * float(attention_core_flops(d)), 0.0, 3.0 * float(qkvo)  # fwd + bwd (2.5 x)
+    elif kind == "copy":
         src = torch.empty(size * size, device=device, dtype=torch.float32)
         dst = torch.empty_like(src)
         call = lambda: dst.copy_(src)  # noqa: E731
@@ -238,18 +250,21 @@ def sustained(kind: str, d, device: torch.device, seconds: float, size: int) -> 
         flops = 2.0 * size**3
         sram = float(gemm_sram_bytes(t(size), t(size), t(size), t(1), d.tile_m, d.tile_n, elem))
         hbm = float(gemm_hbm_bytes(t(size), t(size), t(size), t(1), elem))
-    call()
-    torch.cuda.synchronize(device)
-    with PowerLog() as log:
-        begin, calls = time.perf_counter(), 0
-        while time.perf_counter() - begin < seconds:
-            for _ in range(10):
-                call()
-            torch.cuda.synchronize(device)
-            calls += 10
-        per_call_s = (time.perf_counter() - begin) / calls
+    with backend_ if backend_ is not None else contextlib.nullcontext():
+        call()
+        torch.cuda.synchronize(device)
+        with PowerLog() as log:
+            begin, calls = time.perf_counter(), 0
+            while time.perf_counter() - begin < seconds:
+                for _ in range(10):
+                    call()
+                torch.cuda.synchronize(device)
+                calls += 10
+            per_call_s = (time.perf_counter() - begin) / calls
+    predicted = (float(d.static_power_w) if kind == "idle"
+                 else predicted_power_w(d, flops, sram, hbm, per_call_s))
     return {"kernel": kind, "size": size, "tflops": flops / per_call_s / 1e12, "hbm_tb_per_s": hbm / per_call_s / 1e12,
-            "predicted_power_w": predicted_power_w(d, flops, sram, hbm, per_call_s), **log.summary()}
+            "predicted_power_w": predicted, **log.summary()}
 
 
 def measure_gemms(hardware, cases, precisions, device, repeats, eff) -> list[dict]:
@@ -360,7 +375,7 @@ def main() -> None:
     attention = measure_attention(hardware, cases + [c for c in sweep if c not in cases], device, args.repeats, eff)
     power = []
     if device.type == "cuda" and args.power_seconds > 0:
-        kinds = ("bf16", "fp8", "copy") if fp8_ok else ("bf16", "copy")
+        kinds = ("bf16", "fp8", "copy", "attention", "idle") if fp8_ok else ("bf16", "copy", "attention", "idle")
         power = [sustained(k, design(hardware, "llama3-8b", 1, 1, 8192, "fp8" if k == "fp8" else "bf16"), device,
                            args.power_seconds, 8192 if k != "copy" else 32768) for k in kinds]
     print_tables(gemms, attention, power)
