@@ -37,7 +37,7 @@ from analytical.codes import RECOMPUTE_CODES, TOPOLOGY_CODES, Reason
 from analytical.design import DesignBatch, any_set, per_precision, sequence_parallel_divisor
 from analytical.specs import PEAK_FORMATS, AcceleratorSpec
 from analytical.step import collectives as coll
-from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
+from analytical.step.attention import any_mla, head_dim, is_mla, kv_width
 from analytical.step.eager_ops import eager_ops
 from analytical.step.kernels import gemm_flops, gemm_hbm_bytes, gemm_sram_bytes
 from analytical.step.memory import (dp_collective_counts, full_recompute_share, micro_batches_per_step,
@@ -51,6 +51,7 @@ from analytical.step.workload import (
     any_expert_tp,
     attention_core_flops,
     expert_tp,
+    flash_qkvo_bytes,
     gemm_bytes_per_element,
     is_kind,
     is_moe,
@@ -232,7 +233,7 @@ def step_work(d: DesignBatch, gemms: Gemms, params: torch.Tensor) -> dict[str, t
     transformer = is_kind(d, "transformer")
     flash = d.flash_attention * transformer
     flash_flops = attention_core_flops(d) * flash
-    qkvo_bytes = 4.0 * local_tokens(d) * attention_width(d) / d.tp * elem * flash
+    qkvo_bytes = flash_qkvo_bytes(d, elem) * flash
     mb_bytes, _ = memory_bound_bytes_per_layer(d)
     eager = eager_ops(d)  # eager PyTorch ops beside the fused kernels (analytical.step.eager_ops)
     scores = d.micro_batch_size * d.num_heads / d.tp * (d.seq_length / d.cp) * d.seq_length

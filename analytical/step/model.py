@@ -26,7 +26,7 @@ from analytical.design import DesignBatch, any_set, memoizing, sequence_parallel
 from analytical.result import StepResult
 from analytical.step import collectives as coll
 from analytical.step import energy
-from analytical.step.attention import any_mla, attention_width, head_dim, is_mla, kv_width
+from analytical.step.attention import any_mla, head_dim, is_mla, kv_width
 from analytical.step.eager_ops import eager_ops
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
@@ -41,7 +41,7 @@ from analytical.step.memory import (activation_bytes_per_layer, any_fsdp_unshard
 from analytical.step.param_bytes import adam_step_bytes_per_param, grad_bytes_per_param, sp_gather_bytes_per_element
 from analytical.step.workload import (CORE_SLOTS, GEMM_SLOTS, Gemms, activation_bytes_per_element, any_expert_tp,
                                       any_parameter_server, attention_core_flops, attention_score_elements, expert_tp,
-                                      fuse_jobs, gemm_bytes_per_element, is_kind, is_moe, is_narrow,
+                                      flash_qkvo_bytes, fuse_jobs, gemm_bytes_per_element, is_kind, is_moe, is_narrow,
                                       layer_forward_flops_per_sequence, layer_gemms, local_tokens, logit_gemm_flops,
                                       memory_bound_bytes_per_layer, mlp_tp, model_flops_per_step, routed_copies,
                                       slot_sum, stage_layers)
@@ -155,7 +155,7 @@ def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer
     mb_bytes, mb_kernels = memory_bound_bytes_per_layer(d)
     fwd_mem = memory_bound_time_s(mb_bytes, mb_kernels, d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff)
     core_flops = attention_core_flops(d) * d.flash_attention
-    qkvo_bytes = 4.0 * local_tokens(d) * attention_width(d) / d.tp * elem * d.flash_attention
+    qkvo_bytes = flash_qkvo_bytes(d, elem) * d.flash_attention
     attn_peak = attention_peak(d, peak)
     flash_fwd = flash_attention_time_s(core_flops, qkvo_bytes, attn_peak, d.hbm_bw_bytes_per_s,
                                        d.kernel_launch_s, eff)

@@ -292,6 +292,12 @@ def attention_core_flops(d: DesignBatch) -> torch.Tensor:
 
 
 @per_evaluation
+def flash_qkvo_bytes(d: DesignBatch, elem: torch.Tensor) -> torch.Tensor:
+    """Bytes a fused attention kernel reads and writes for its Q, K, V and O per micro-batch and device (the
+    scores stay on chip): 4 b (s/cp) width / tp x `elem` bytes an element."""
+    return 4.0 * local_tokens(d) * attention_width(d) / d.tp * elem
+
+
 def attention_score_elements(d: DesignBatch) -> torch.Tensor:
     """Scores (query-key pairs over the heads) a causal flash kernel computes per micro-batch and
     device: b (s/cp) heads k / tp. Each is one exponential of the softmax forward, and one again

@@ -47,13 +47,14 @@ sys.path.insert(0, str(ROOT))
 
 from analytical import AcceleratorSpec, MappingSpec, ModelSpec, SystemSpec, single_design  # noqa: E402
 from analytical.design import per_precision  # noqa: E402
-from analytical.step.attention import attention_width, head_dim  # noqa: E402
+from analytical.step.attention import head_dim  # noqa: E402
 from analytical.step.efficiency import Efficiency  # noqa: E402
 from analytical.step import energy  # noqa: E402
 from analytical.step.kernels import (attention_peak, flash_attention_time_s, gemm_hbm_bytes,  # noqa: E402
                                      gemm_peak_fraction, gemm_sram_bytes, gemm_time_s, softmax_exp_time_s)
 from analytical.step.workload import (GEMM_SLOTS, activation_bytes_per_element, attention_core_flops,  # noqa: E402
-                                      attention_score_elements, gemm_bytes_per_element, layer_gemms, local_tokens)
+                                      attention_score_elements, flash_qkvo_bytes, gemm_bytes_per_element,
+                                      layer_gemms)
 
 # (model preset, tp, micro-batch, sequence): the layers of published recipes. Llama 3 8B at tp 1 and 70B at
 # tp 4 as torchtitan's and NeMo's H100 tables run them, 405B at tp 8 (NeMo / DGX Cloud), GPT-3 175B at
@@ -90,7 +91,7 @@ def predicted_attention_s(d, eff: Efficiency) -> tuple[float, float]:
     """Forward and backward time of the fused attention kernel of one layer and micro-batch, as
     `analytical.step.model._layer_compute` prices them."""
     core = attention_core_flops(d)
-    qkvo = 4.0 * local_tokens(d) * attention_width(d) / d.tp * activation_bytes_per_element(d)
+    qkvo = flash_qkvo_bytes(d, activation_bytes_per_element(d))
     peak = attention_peak(d, per_precision(d, "peak_", "_flops_per_s"))
     exp_s = softmax_exp_time_s(attention_score_elements(d), d.peak_exp_per_s)
     fwd = flash_attention_time_s(core, qkvo, peak, d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff) + exp_s
@@ -236,7 +237,7 @@ def sustained(kind: str, d, device: torch.device, seconds: float, size: int) -> 
         flops, sram, hbm = 0.0, 0.0, 0.0
     elif kind == "attention":
         call, backend_ = attention_call(d, True, device), backend("native", device)
-        qkvo = 4.0 * local_tokens(d) * attention_width(d) / d.tp * activation_bytes_per_element(d)
+        qkvo = flash_qkvo_bytes(d, activation_bytes_per_element(d))
         flops, sram, hbm = 3.5 * float(attention_core_flops(d)), 0.0, 3.0 * float(qkvo)  # fwd + bwd (2.5 x)
     elif kind == "copy":
         src = torch.empty(size * size, device=device, dtype=torch.float32)
