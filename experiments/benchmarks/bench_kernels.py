@@ -61,7 +61,17 @@ from analytical.step.workload import (GEMM_SLOTS, activation_bytes_per_element, 
 # tp 4, mbs 2, seq 2048 (NeMo 24.12's FP8 recipe, issue 10's case).
 CASES = (("llama3-8b", 1, 1, 8192), ("llama3-70b", 4, 1, 8192), ("llama3-405b", 8, 1, 8192),
          ("gpt3-175b", 4, 2, 2048))
-GPU_PRESETS = {"H200": "h200-sxm-141gb", "H100": "h100-sxm-80gb", "B200": "b200", "A100": "a100-sxm-80gb"}
+# the preset of a GPU by its CUDA name (the first match); a PCIe or NVL card has other clocks and power, so it names
+# its own preset with --hardware
+GPU_PRESETS = (("H200", "h200-sxm-141gb"), ("H100 80GB HBM3", "h100-sxm-80gb"), ("B200", "b200"),
+               ("A100-SXM4-40GB", "a100-sxm-40gb"), ("A100-SXM4-80GB", "a100-sxm-80gb"))
+
+
+def preset_for_gpu(name: str) -> str | None:
+    """The hardware preset of a GPU by its CUDA name (`GPU_PRESETS`); None for a PCIe or NVL card or one not listed."""
+    if "PCIe" in name or "NVL" in name:
+        return None
+    return next((p for key, p in GPU_PRESETS if key in name), None)
 
 
 def preset(group: str, name: str) -> dict:
@@ -362,7 +372,7 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.device(args.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    hardware = args.hardware or next((p for key, p in GPU_PRESETS.items() if key in name), None)
+    hardware = args.hardware or preset_for_gpu(name)
     known = sorted(f.stem for f in (ROOT / "conf" / "hardware").glob("*.yaml"))
     if hardware is None or hardware not in known:
         what = f"{hardware!r} is not a preset" if hardware else f"no preset known for {name!r}"

@@ -94,3 +94,13 @@ def test_the_benchmarks_power_is_the_energy_models_sum(bench):
     assert hbm == pytest.approx(3e12 * float(d.hbm_energy_j_per_byte), rel=1e-9)
     sram = bench.predicted_power_w(d, 0.0, 1e13, 0.0, 1.0) - idle
     assert sram == pytest.approx(1e13 * float(d.sram_energy_j_per_byte), rel=1e-9)
+
+
+def test_a_gpu_takes_its_own_preset_by_name_and_a_pcie_card_none(bench):
+    assert bench.preset_for_gpu("NVIDIA H100 80GB HBM3") == "h100-sxm-80gb"
+    assert bench.preset_for_gpu("NVIDIA H200") == "h200-sxm-141gb"
+    assert bench.preset_for_gpu("NVIDIA A100-SXM4-40GB") == "a100-sxm-40gb"
+    assert bench.preset_for_gpu("NVIDIA A100-SXM4-80GB") == "a100-sxm-80gb"
+    assert bench.preset_for_gpu("NVIDIA H100 PCIe") is None  # other clocks and power than the SXM preset
+    assert bench.preset_for_gpu("NVIDIA H200 NVL") is None
+    assert bench.preset_for_gpu("NVIDIA L40S") is None
