@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+import dataclasses
+from typing import Any, Sequence
 
 import torch
 
@@ -13,8 +14,8 @@ from analytical.codes import (ATTENTION_KERNEL_CODES, CNN_ARCH_CODES, CUDA_GRAPH
                               MASTER_PARAMS_CODES, MIB, OPTIMIZER_STATE_DTYPE_CODES, PRECISION_CODES, RECOMPUTE_CODES,
                               TFLOPS, TOPOLOGY_CODES, US)
 from analytical.design import DesignBatch
-from analytical.power_cap import apply_power_limit
-from analytical.specs import AcceleratorSpec, MappingSpec, ModelSpec, SystemSpec
+from analytical.power_cap import apply_operating_point
+from analytical.specs import AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec
 from analytical.stack import OVERLAP_KINDS
 from analytical.step.energy import accelerator_energy_fields
 
@@ -41,7 +42,7 @@ def _accelerator_fields(accelerator: AcceleratorSpec, nic_gbit: float) -> dict[s
         "tdp_w": accelerator.tdp_w,
         **accelerator_energy_fields(accelerator),
     }
-    return apply_power_limit(fields, accelerator)
+    return apply_operating_point(fields, accelerator)
 
 
 def _row(accelerator: AcceleratorSpec, system: SystemSpec, model: ModelSpec,
@@ -155,3 +156,12 @@ def single_design(accelerator: AcceleratorSpec, system: SystemSpec, model: Model
                   mapping: MappingSpec) -> DesignBatch:
     """A batch of one design."""
     return stack_designs([accelerator], [system], [model], [mapping])
+
+
+def spec_from_dict(cls: type, values: dict[str, Any], spec_name: str) -> Any:
+    """Build a spec from a plain mapping, rejecting unknown keys with the list of known ones."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in values:
+        if key not in known:
+            raise SpecError(spec_name, key, values[key], "fields " + ", ".join(sorted(known)))
+    return cls(**values).validate()

@@ -1,19 +1,17 @@
 """Human-facing specifications of one design, one dataclass per layer.
 
-These are the edge of the model: field names carry human units (TFLOP/s, GB/s, GiB, us) as they
-appear on datasheets and in configs. `analytical.design.DesignBatch` converts them to SI tensors.
-The same dataclasses are registered as Hydra structured-config schemas by `deepflow.config`,
-so a typo or a wrong type in a YAML preset fails when the config is loaded.
+These are the edge of the model: field names carry human units (TFLOP/s, GB/s, GiB, us) as they appear on
+datasheets and in configs. `analytical.design.DesignBatch` converts them to SI tensors. The same dataclasses are
+registered as Hydra structured-config schemas by `deepflow.config`, so a typo or a wrong type in a YAML preset fails
+when the config is loaded.
 
-Every spec has `validate()`, which raises `SpecError` naming the field and the allowed values.
-Validation is about *bad input* (a negative size, an unknown category). Whether a valid design can
-run (memory, divisibility of the mapping) is a feasibility answer, not an error: see
-`analytical.step.feasibility`.
+Every spec has `validate()`, which raises `SpecError` naming the field and the allowed values. Validation is about
+*bad input* (a negative size, an unknown category). Whether a valid design can run (memory, divisibility of the
+mapping) is a feasibility answer, not an error: see `analytical.step.feasibility`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -94,6 +92,11 @@ class AcceleratorSpec:
     tdp_w: float = 0.0  # device power budget; 0 = none (the energy model then flags nothing)
     # a power limit set below the TDP (nvidia-smi -pl): slows the clock (analytical.power_cap); None = TDP
     power_limit_w: Optional[float] = None
+    # the rating at which its die runs at the nominal supply, where another part rates the same die lower (GB200:
+    # HGX B200's 1,000 W and 2,250 dense 16-bit TFLOPS): the part then sustains the clock its extra watts buy on the
+    # V/f model, at most its datasheet's (analytical.power_cap). Both or neither; None: its own datasheet at its TDP
+    nominal_tdp_w: Optional[float] = None
+    nominal_peak_tflops_bf16: Optional[float] = None
     # technology (energy model, analytical/step/energy.py): rows of analytical/chip/technology.py, A100's by default;
     # static_power_w, when set, overrides the node's leakage (analytical.chip.silicon's share of peak power, nominal V)
     logic_node: str = "N7"
@@ -111,10 +114,9 @@ class AcceleratorSpec:
             value = getattr(self, name)
             if not isinstance(value, str) or value.casefold() not in {k.casefold() for k in table}:
                 raise SpecError(spec, name, value, "one of " + ", ".join(table))
-        if self.static_power_w is not None:
-            _check_positive(spec, self, ("static_power_w",), allow_zero=True)
-        if self.power_limit_w is not None:
-            _check_positive(spec, self, ("power_limit_w",))
+        for name in ("static_power_w", "power_limit_w", "nominal_tdp_w", "nominal_peak_tflops_bf16"):
+            if getattr(self, name) is not None:
+                _check_positive(spec, self, (name,), allow_zero=name == "static_power_w")
         peaks = tuple(f"peak_tflops_{f}" for f in PEAK_FORMATS)
         _check_positive(spec, self, peaks + ("kernel_launch_us", "tdp_w", "scale_out_gbit_per_s",
                                              "peak_tera_exp_per_s"), allow_zero=True)
@@ -124,6 +126,13 @@ class AcceleratorSpec:
         _check_int(spec, self, ("scale_up_domain",), minimum=0)
         if max(getattr(self, name) for name in peaks) <= 0:
             raise SpecError(spec, "peak_tflops_*", 0, "at least one precision with a peak > 0")
+        rating = (self.nominal_tdp_w, self.nominal_peak_tflops_bf16)
+        if (rating[0] is None) != (rating[1] is None):
+            raise SpecError(spec, "nominal_tdp_w" if rating[0] is None else "nominal_peak_tflops_bf16", None,
+                            "a value set with its pair (nominal_tdp_w, nominal_peak_tflops_bf16), or both null")
+        if rating[1] is not None and rating[1] > max(self.peak_tflops_fp16, self.peak_tflops_bf16):
+            raise SpecError(spec, "nominal_peak_tflops_bf16", rating[1],
+                            "at most the datasheet's 16-bit peak, or null with nominal_tdp_w (no rating)")
         return self
 
 
@@ -436,12 +445,3 @@ class MappingSpec:
         """Whether `kind` ("dp", "tp" or "pp") traffic overlaps compute: the field where set, else `stack_overlap`."""
         value = getattr(self, OVERLAP_KINDS[kind])
         return stack_overlap(self, kind) if value is None else value
-
-
-def spec_from_dict(cls: type, values: dict[str, Any], spec_name: str) -> Any:
-    """Build a spec from a plain mapping, rejecting unknown keys with the list of known ones."""
-    known = {f.name for f in dataclasses.fields(cls)}
-    for key in values:
-        if key not in known:
-            raise SpecError(spec_name, key, values[key], "fields " + ", ".join(sorted(known)))
-    return cls(**values).validate()

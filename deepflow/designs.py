@@ -37,6 +37,8 @@ from analytical.codes import (
     TOPOLOGY_CODES,
     US,
 )
+from analytical.choices import PEAK_FORMATS
+from analytical.power_cap import operating_point, power_budget_w
 from analytical.stack import OVERLAP_KINDS
 from deepflow.presets import GROUP_SPECS, ConfigError, to_spec
 
@@ -169,6 +171,21 @@ def chip_section(chip, values: dict[str, float]) -> dict[str, Any]:
     return out
 
 
+# the accelerator fields a part's operating point scales with its clock (analytical.power_cap)
+CLOCKED_FIELDS = tuple(f"peak_tflops_{f}" for f in PEAK_FORMATS) + ("peak_tera_exp_per_s",)
+
+
+def at_operating_point(section: dict[str, Any]) -> dict[str, Any]:
+    """The hardware section of a part whose clock-scaled fields (`CLOCKED_FIELDS`) are the rates its operating point
+    runs (`analytical.power_cap`: a power limit, a nominal rating) and that names neither: the section a searched
+    peak, already such a rate, is written into, so that `deepflow evaluate` runs it as written. A power limit stays
+    the power budget (`tdp_w`)."""
+    spec = to_spec("hardware", section)
+    clock = operating_point(spec).clock
+    return {**section, **{f: section[f] * clock for f in CLOCKED_FIELDS}, "tdp_w": power_budget_w(spec),
+            "power_limit_w": None, "nominal_tdp_w": None, "nominal_peak_tflops_bf16": None}
+
+
 def design_config(cfg: DictConfig, values: dict[str, float], chip=None) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """The spec sections of one design: the config's groups with `values` (`{DesignBatch field or
     chip input: SI value}`, e.g. a space's decoded point plus the derived dp) put in; with a
@@ -183,6 +200,8 @@ def design_config(cfg: DictConfig, values: dict[str, float], chip=None) -> tuple
     if chip is not None:
         sections["chip"] = chip_section(chip, {k: v for k, v in values.items() if k in CHIP_FIELDS})
         values = {k: v for k, v in values.items() if k not in CHIP_FIELDS and k not in DERIVED_FIELDS}
+    if any(SPEC_FIELDS.get(name, ("",))[0] == "hardware" and SPEC_FIELDS[name][1] in CLOCKED_FIELDS for name in values):
+        sections["hardware"] = at_operating_point(sections["hardware"])
     for name, value in values.items():
         if name not in SPEC_FIELDS:
             unmapped.append(name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from analytical import REASON_TEXT, Reason, TIME_PARTS
+from analytical.power_cap import operating_point
 from analytical.stack import OVERLAP_KINDS
 from deepflow.tables import table
 
@@ -34,9 +35,16 @@ def _overlaps(mapping) -> str:
     return f" overlap={','.join(kinds)}" + (" (stack default)" if unset else "")
 
 
+def _sustained_clock(accelerator) -> str:
+    """" at 0.994x rated clock" where the part sustains less than its datasheet clock (`analytical.power_cap`)."""
+    clock = operating_point(accelerator).clock
+    return f" at {clock:.3f}x rated clock" if clock < 1.0 else ""
+
+
 def design_line(accelerator, system, model, mapping) -> str:
     dp = mapping.dp if mapping.dp is not None else "auto"
-    return (f"{model.name} on {system.num_devices} x {accelerator.name} ({system.name}); "
+    part = accelerator.name + _sustained_clock(accelerator)
+    return (f"{model.name} on {system.num_devices} x {part} ({system.name}); "
             f"tp={mapping.tp} pp={mapping.pp} dp={dp} cp={mapping.cp} ep={mapping.ep} vp={mapping.vp} "
             f"sp={int(mapping.sequence_parallel)} mb={mapping.micro_batch_size} gb={mapping.global_batch_size} "
             f"recompute={mapping.recompute} zero={mapping.zero_stage} distopt={int(mapping.distributed_optimizer)} "

@@ -146,3 +146,21 @@ def causal_keys_per_query(d: DesignBatch) -> torch.Tensor:
     windowed = torch.where(w < s, w - w * (w - 1.0) / (2.0 * s), s / 2.0)
     f = windowed_layer_fraction(d)
     return (1.0 - f) * s / 2.0 + f * windowed
+
+
+# Rows of queries one thread block of a fused attention kernel holds: 128 in FlashAttention-2 and -3 for head dims
+# 64 and 128 (Shah et al. 2024, arXiv 2407.08608, sec. 4.1: "block sizes 128 x 128"; flash-attention's
+# hopper/tile_size.h and the FA2 forward's kBlockM 128).
+FLASH_QUERY_TILE = 128
+
+
+@per_evaluation
+def attention_query_tiles(d: DesignBatch) -> torch.Tensor:
+    """(query tile, head) pairs a fused attention pass of one micro-batch runs on one device, each a thread
+    block's unit of work whatever its keys: b x heads / tp x ceil((s / cp) / 128), on every layer (a windowed
+    layer runs as many tiles, each over fewer keys). Under context parallelism the rank's kernel runs once a
+    ring step, cp steps: the first over all its tiles, each later one over all of them against half a key
+    chunk or over half of them against a whole one (the load-balanced causal ring of Transformer Engine's
+    p2p context parallelism), (3 cp + 1) / 4 passes over the rank's tiles in all."""
+    tiles = torch.ceil(d.seq_length / d.cp / FLASH_QUERY_TILE)
+    return d.micro_batch_size * d.num_heads / d.tp * tiles * (3.0 * d.cp + 1.0) / 4.0

@@ -7,8 +7,10 @@ H100 / H200 / B200 / B300 / GB200 / GB300 runs of modern_runs.csv, in stages: a 
 a model change concerns and holds the others (`python experiments/validation/leave_one_source_out.py
 --fit-shipped --fields a,b` repeats one; without `--fields` it refits all eleven). How well
 they transfer is reported leaving one source and one accelerator generation out (same script; README,
-"Validation"). The comments give the public microbenchmarks the starting values came from. A user's
-own cluster gets its own values from `deepflow calibrate` (a calibration file every command takes).
+"Validation"). The comments give the public microbenchmarks the starting values came from. Fields marked
+"measured" (the fused attention kernel's time a query tile) come from our own kernel timings on a GPU and are
+never fitted (`deepflow.calibration.FIT_FIELDS` leaves them out). A user's own cluster gets its own values from
+`deepflow calibrate` (a calibration file every command takes).
 """
 
 from __future__ import annotations
@@ -44,8 +46,22 @@ class Efficiency:
     # for the generation's own kernel's matmuls only: its softmax exponentials are timed apart at the
     # special-function units' rate (`kernels.softmax_exp_time_s`, `peak_tera_exp_per_s`), and a
     # FlashAttention-2 kernel on a newer GPU runs at a share of it (`kernels.FA2_SHARE_ON_NEWER_GPUS`).
-    # Before torchtitan's H100 rows were typed with that kernel the fit held it at 0.272.
-    flash_attention_fraction: float = 0.4541
+    # Before torchtitan's H100 rows were typed with that kernel the fit held it at 0.272. Refitted alone (0.472)
+    # once the kernel's fixed time a query tile (below) was priced apart.
+    flash_attention_fraction: float = 0.4717
+    # Fixed time of one (query tile of 128 rows, head) pair of a fused attention kernel on one SM, forward and
+    # backward (`kernels.attention_tiles_time_s`): what makes the kernel's rate rise with the keys a query sees
+    # and fall with narrower heads at the same FLOPs. Measured, not fitted: cuDNN's kernel (PyTorch SDPA, causal,
+    # bf16) on one H200, 12 shapes (Llama 3 8B at 1k-16k tokens, 70B, 405B, GPT-3 175B, gpt-oss-120b's 64-wide
+    # heads, Qwen3-235B), least squares of time = FLOPs / rate + tiles x this / SMs over two runs: forward
+    # 8.0 us (rate 689 TFLOP/s; every shape within 12 %), backward 24.0 us (565 TFLOP/s; within 13 %)
+    # (`experiments/benchmarks/bench_kernels.py`, README "The kernel layer on a real GPU"; a third run alone:
+    # 7.6 and 25.0 us; an H100 SXM, 7 shapes: 8.4 and 31.9 us, so the backward value is the less certain: with
+    # 32 us modern_runs reads 8.56 % against 8.50 %). A time, as `gemm_tile_overhead_s`: kept on every
+    # generation; charged where the part names a special-function unit rate (an SM-based GPU), as the
+    # exponentials are.
+    flash_attention_fwd_tile_s: float = 8.0e-6
+    flash_attention_bwd_tile_s: float = 24.0e-6
     # Fraction of link bandwidth collectives reach as bus bandwidth (NCCL tests on DGX A100:
     # ~230 of 300 GB/s NVLink, ~22 of 25 GB/s per HDR NIC): ~0.8-0.9. Both fitted (0.888; 0.750:
     # at its bound 1.0 until MoE dispatch counted one copy per expert where DeepEP / HybridEP send

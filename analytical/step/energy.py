@@ -115,17 +115,21 @@ def static_power_w(node: LogicNode, accelerator: AcceleratorSpec) -> float:
 PRESET_COMPUTE_SHARE_MAX = 0.805 * 1.12
 
 
-def compute_partition_scale(node: LogicNode, accelerator: AcceleratorSpec) -> float:
-    """Factor (<= 1) on a preset's compute-partition energies so that it fits its TDP at peak."""
-    if accelerator.tdp_w <= 0:
+def compute_partition_scale(node: LogicNode, accelerator: AcceleratorSpec, tdp_w: float | None = None,
+                            peak_share: float = 1.0) -> float:
+    """Factor (<= 1) on a preset's compute-partition energies so that it fits its TDP at peak. `tdp_w` and
+    `peak_share` (the share of every datasheet peak): the same at another rating of its silicon, its nominal
+    point (`analytical.power_cap`), where the table's leakage follows the silicon's peak there."""
+    tdp = accelerator.tdp_w if tdp_w is None else tdp_w
+    if tdp <= 0:
         return 1.0
-    dynamic = units_dynamic_power_w(node, accelerator)
+    dynamic = peak_share * units_dynamic_power_w(node, accelerator)
     leakage = (accelerator.static_power_w if accelerator.static_power_w is not None
-               else static_power_w(node, accelerator))
-    peak16 = max(accelerator.peak_tflops_fp16, accelerator.peak_tflops_bf16) * 1e12
+               else peak_share * static_power_w(node, accelerator))
+    peak16 = peak_share * max(accelerator.peak_tflops_fp16, accelerator.peak_tflops_bf16) * 1e12
     sram = peak16 * silicon.sram_bytes_per_flop(accelerator.tile_m, accelerator.tile_n) * sram_energy_j_per_byte(
         node, accelerator.sram_mib * 2.0**20)
-    return min(1.0, PRESET_COMPUTE_SHARE_MAX * accelerator.tdp_w / (dynamic + leakage + sram))
+    return min(1.0, PRESET_COMPUTE_SHARE_MAX * tdp / (dynamic + leakage + sram))
 
 
 def accelerator_energy_fields(accelerator: AcceleratorSpec) -> dict[str, float]:

@@ -130,6 +130,15 @@ def flash_attention_time_s(flops, qkvo_bytes, peak_flops_per_s, hbm_bw_bytes_per
     return torch.where(flops > 0, time, 0.0)
 
 
+def attention_tiles_time_s(query_tiles: torch.Tensor, tile_s: float, compute_units: torch.Tensor) -> torch.Tensor:
+    """Fixed time of a fused attention pass's (query tile, head) pairs, `(batch,)`: each takes one SM `tile_s`
+    besides its matmuls and exponentials (loading its queries, filling and draining the pipeline, rescaling
+    and writing its output and log-sum-exp), the tiles spread over the `compute_units` SMs
+    (`Efficiency.flash_attention_fwd_tile_s`, measured on a GPU; the step charges it on parts with
+    special-function units, as `softmax_exp_time_s`)."""
+    return query_tiles * tile_s / compute_units
+
+
 def softmax_exp_time_s(exps: torch.Tensor, peak_exp_per_s: torch.Tensor) -> torch.Tensor:
     """`exps` softmax exponentials at the special-function units' rate, in series with the
     kernel's matmuls: a tile's scores leave the first matmul, pass the exponential and enter the

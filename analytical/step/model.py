@@ -26,12 +26,12 @@ from analytical.design import DesignBatch, any_set, memoizing, sequence_parallel
 from analytical.result import StepResult
 from analytical.step import collectives as coll
 from analytical.step import energy
-from analytical.step.attention import any_mla, head_dim, is_mla, kv_width
+from analytical.step.attention import any_mla, attention_query_tiles, head_dim, is_mla, kv_width
 from analytical.step.eager_ops import eager_ops
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
-from analytical.step.kernels import (attention_peak, flash_attention_time_s, gemm_peak_fraction, gemm_time_s,
-                                     host_wait_s, memory_bound_time_s, offload_wait_s, sixteen_bit_peak,
+from analytical.step.kernels import (attention_peak, attention_tiles_time_s, flash_attention_time_s, gemm_peak_fraction,
+                                     gemm_time_s, host_wait_s, memory_bound_time_s, offload_wait_s, sixteen_bit_peak,
                                      softmax_exp_time_s)
 from analytical.step.memory import (activation_bytes_per_layer, any_fsdp_unsharded, dp_collective_counts,
                                     eager_cross_entropy, fsdp_keeps_unsharded, full_recompute_share,
@@ -161,6 +161,10 @@ def _layer_compute(d: DesignBatch, gemms, peak, elem, eff: Efficiency) -> _Layer
                                        d.kernel_launch_s, eff)
     flash_bwd = flash_attention_time_s(2.5 * core_flops, 2.0 * qkvo_bytes, attn_peak, d.hbm_bw_bytes_per_s,
                                        d.kernel_launch_s, eff)  # FA2 backward: 5 of the 2 fwd matmuls
+    # a GPU's tiled kernel (SMs with special-function units; a part without their rate, a TPU: its matmuls alone)
+    tiles = torch.where((core_flops > 0) & (d.peak_exp_per_s > 0), attention_query_tiles(d), 0.0)
+    flash_fwd = flash_fwd + attention_tiles_time_s(tiles, eff.flash_attention_fwd_tile_s, d.compute_units)
+    flash_bwd = flash_bwd + attention_tiles_time_s(tiles, eff.flash_attention_bwd_tile_s, d.compute_units)
     if any_set(d, "peak_exp_per_s"):  # one softmax exponential a score forward and one backward
         exp_s = softmax_exp_time_s(attention_score_elements(d) * d.flash_attention, d.peak_exp_per_s)
         flash_fwd, flash_bwd = flash_fwd + exp_s, flash_bwd + exp_s

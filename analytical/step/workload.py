@@ -298,6 +298,7 @@ def flash_qkvo_bytes(d: DesignBatch, elem: torch.Tensor) -> torch.Tensor:
     return 4.0 * local_tokens(d) * attention_width(d) / d.tp * elem
 
 
+@per_evaluation
 def attention_score_elements(d: DesignBatch) -> torch.Tensor:
     """Scores (query-key pairs over the heads) a causal flash kernel computes per micro-batch and
     device: b (s/cp) heads k / tp. Each is one exponential of the softmax forward, and one again

@@ -4,12 +4,14 @@
 
 Needs only torch, PyYAML and `analytical/` (no Hydra, no MLflow), so it runs on a bare GPU machine with
 `PYTHONPATH=.`. For a few layers of published recipes (Llama 3 8B / 70B / 405B, GPT-3 175B at their
-tensor-parallel widths, BF16 and FP8), it takes the model's own GEMM table of one layer
-(`analytical.step.workload.layer_gemms`: forward, input-gradient and weight-gradient products) and its
-fused-attention terms, and prints each kernel's predicted time (`kernels.gemm_time_s`,
-`kernels.flash_attention_time_s` + `softmax_exp_time_s`, with the shipped `Efficiency` and the hardware
-preset's datasheet fields) beside the median time of the same product on this device:
-- 16-bit GEMMs: `torch.matmul` in bf16 (cuBLAS);
+tensor-parallel widths, gpt-oss-120b and Qwen3-235B-A22B at expert-parallel 8; BF16 and FP8), it takes the
+model's own GEMM table of one layer (`analytical.step.workload.layer_gemms`: forward, input-gradient and
+weight-gradient products) and its fused-attention terms, and prints each kernel's predicted time
+(`kernels.gemm_time_s`, `kernels.flash_attention_time_s` + `softmax_exp_time_s` + `attention_tiles_time_s`, with
+the shipped `Efficiency` and the hardware preset's datasheet fields) beside the median time of the same product
+on this device:
+- 16-bit GEMMs: `torch.matmul` in bf16 (cuBLAS); a layer's expert products (bf16 only): `torch.bmm` over the
+  rank's local experts, each with its share of tokens under balanced routing (a grouped GEMM's best case);
 - FP8 GEMMs: `torch._scaled_mm` with e4m3 operands and per-tensor scales, bf16 out (cuBLASLt, the library
   Transformer Engine's FP8 GEMMs call);
 - attention: `scaled_dot_product_attention`, causal, bf16, forward and forward + backward, with the cuDNN
@@ -21,9 +23,11 @@ Then the board's power and SM clock (nvidia-smi, every 100 ms) while a large bf1
 large copy and Llama 3 8B's attention at 8k tokens (forward + backward) each run back to back for a few seconds,
 and while nothing runs, beside the energy model's board power at the rate measured (static power when idle).
 
-Nothing is fitted to these timings: they check the kernel layer of a model fitted on whole training steps.
-An isolated kernel runs with the whole GPU and a warm L2, so it is an upper bound on a training step's kernel
-speed. Prints a table, then ONE JSON line (the last line of stdout).
+Last, the attention times fitted as FLOPs at one rate plus a fixed time a (query tile, head) on an SM, per kernel
+and pass, beside the shipped `Efficiency.flash_attention_fwd_tile_s` / `_bwd_tile_s` (this fit's, on one H200).
+Nothing else of the model comes from these timings: they check the kernel layer of a model fitted on whole steps.
+An isolated kernel has the whole GPU and a warm L2: an upper bound on a step's kernel speed. Prints a table, then
+ONE JSON line (the last line of stdout).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 import yaml
@@ -47,24 +52,29 @@ sys.path.insert(0, str(ROOT))
 
 from analytical import AcceleratorSpec, MappingSpec, ModelSpec, SystemSpec, single_design  # noqa: E402
 from analytical.design import per_precision  # noqa: E402
-from analytical.step.attention import head_dim  # noqa: E402
+from analytical.step.attention import attention_query_tiles, head_dim  # noqa: E402
 from analytical.step.efficiency import Efficiency  # noqa: E402
 from analytical.step import energy  # noqa: E402
-from analytical.step.kernels import (attention_peak, flash_attention_time_s, gemm_hbm_bytes,  # noqa: E402
-                                     gemm_peak_fraction, gemm_sram_bytes, gemm_time_s, softmax_exp_time_s)
+from analytical.step.kernels import (attention_peak, attention_tiles_time_s, flash_attention_time_s,  # noqa: E402
+                                     gemm_hbm_bytes, gemm_peak_fraction, gemm_sram_bytes, gemm_time_s,
+                                     softmax_exp_time_s)
 from analytical.step.workload import (GEMM_SLOTS, activation_bytes_per_element, attention_core_flops,  # noqa: E402
                                       attention_score_elements, flash_qkvo_bytes, gemm_bytes_per_element,
                                       layer_gemms)
 
-# (model preset, tp, micro-batch, sequence): the layers of published recipes. Llama 3 8B at tp 1 and 70B at
+# (model preset, tp, micro-batch, sequence, ep): the layers of published recipes. Llama 3 8B at tp 1 and 70B at
 # tp 4 as torchtitan's and NeMo's H100 tables run them, 405B at tp 8 (NeMo / DGX Cloud), GPT-3 175B at
-# tp 4, mbs 2, seq 2048 (NeMo 24.12's FP8 recipe, issue 10's case).
-CASES = (("llama3-8b", 1, 1, 8192), ("llama3-70b", 4, 1, 8192), ("llama3-405b", 8, 1, 8192),
-         ("gpt3-175b", 4, 2, 2048))
-# the preset of a GPU by its CUDA name (the first match); a PCIe or NVL card has other clocks and power, so it names
-# its own preset with --hardware
-GPU_PRESETS = (("H200", "h200-sxm-141gb"), ("H100 80GB HBM3", "h100-sxm-80gb"), ("B200", "b200"),
-               ("A100-SXM4-40GB", "a100-sxm-40gb"), ("A100-SXM4-80GB", "a100-sxm-80gb"))
+# tp 4, mbs 2, seq 2048 (NeMo 24.12's FP8 recipe, issue 10's case). Two MoE layers at their Megatron-Bridge
+# layouts (experiments/validation/modern_runs.csv): gpt-oss-120b at tp 1, mbs 4, seq 4096, ep 8 (the 26.04.01
+# B200 BF16 row) and Qwen3-235B-A22B at tp 1, mbs 1, seq 4096, ep 8 (the 25.11 B200 MXFP8 row), whose expert
+# products run as one batched GEMM of the rank's local experts under balanced routing.
+CASES = (("llama3-8b", 1, 1, 8192, 1), ("llama3-70b", 4, 1, 8192, 1), ("llama3-405b", 8, 1, 8192, 1),
+         ("gpt3-175b", 4, 2, 2048, 1), ("gpt-oss-120b", 1, 4, 4096, 8), ("qwen3-235b-a22b", 1, 1, 4096, 8))
+# the preset of a GPU by its CUDA name (the first match: "NVIDIA GB200" holds "B200", so the Grace parts come first;
+# a B300 names itself "NVIDIA B300 SXM6 AC", NVIDIA/cosmos-framework#114); a PCIe or NVL card has other clocks and
+# power, so it names its own preset with --hardware
+GPU_PRESETS = (("H200", "h200-sxm-141gb"), ("H100 80GB HBM3", "h100-sxm-80gb"), ("GB200", "gb200"), ("GB300", "gb300"),
+               ("B200", "b200"), ("B300", "b300"), *((f"A100-SXM4-{m}GB", f"a100-sxm-{m}gb") for m in (40, 80)))
 
 
 def preset_for_gpu(name: str) -> str | None:
@@ -78,35 +88,54 @@ def preset(group: str, name: str) -> dict:
     return yaml.safe_load((ROOT / "conf" / group / f"{name}.yaml").read_text())
 
 
-def design(hardware: str, model: str, tp: int, mbs: int, seq: int, precision: str, kernel: str = "native"):
+def design(hardware: str, model: str, tp: int, mbs: int, seq: int, precision: str, kernel="native", ep=1, window=0):
+    """One layer's design on `tp` x `ep` devices (dp = ep), attending in full (SDPA runs no window) or `window` keys."""
     accelerator = AcceleratorSpec(**preset("hardware", hardware))
-    spec = ModelSpec(**{**preset("model", model), "seq_length": seq})
-    system = SystemSpec(name="one-node", num_devices=tp, devices_per_node=8, scale_up_domain=8)
-    mapping = MappingSpec(name="bench", tp=tp, pp=1, dp=1, micro_batch_size=mbs, global_batch_size=mbs,
+    spec = ModelSpec(**{**preset("model", model), "seq_length": seq, "window_size": window, "window_attn_skip_freq": 0})
+    system = SystemSpec(name="one-node", num_devices=tp * ep, devices_per_node=8, scale_up_domain=8)
+    mapping = MappingSpec(name="bench", tp=tp, pp=1, dp=ep, ep=ep, micro_batch_size=mbs, global_batch_size=mbs * ep,
                           precision=precision, sequence_parallel=tp > 1, flash_attention=True,
                           attention_kernel=kernel)
     return single_design(accelerator, system, spec, mapping)
 
 
-def predicted_gemm_s(d, m: int, n: int, k: int, eff: Efficiency) -> float:
-    """`kernels.gemm_time_s` of one (m x k) @ (k x n) product as `analytical.step.model` calls it."""
+def predicted_gemm_s(d, m: int, n: int, k: int, eff: Efficiency, count: int = 1) -> float:
+    """`kernels.gemm_time_s` of `count` (m x k) @ (k x n) products as `analytical.step.model` calls it."""
     t = lambda x: torch.tensor([float(x)], dtype=d.tp.dtype)  # noqa: E731
-    time_s = gemm_time_s(t(m), t(n), t(k), t(1), per_precision(d, "peak_", "_flops_per_s"), d.compute_units,
+    time_s = gemm_time_s(t(m), t(n), t(k), t(count), per_precision(d, "peak_", "_flops_per_s"), d.compute_units,
                          d.tile_m, d.tile_n, d.hbm_bw_bytes_per_s, d.sram_bw_bytes_per_s, d.kernel_launch_s,
                          gemm_bytes_per_element(d), eff, gemm_peak_fraction(d, eff))
     return float(time_s)
 
 
 def predicted_attention_s(d, eff: Efficiency) -> tuple[float, float]:
-    """Forward and backward time of the fused attention kernel of one layer and micro-batch, as
-    `analytical.step.model._layer_compute` prices them."""
+    """Forward and backward time of one layer's fused attention kernel, as `model._layer_compute` prices them."""
     core = attention_core_flops(d)
     qkvo = flash_qkvo_bytes(d, activation_bytes_per_element(d))
     peak = attention_peak(d, per_precision(d, "peak_", "_flops_per_s"))
     exp_s = softmax_exp_time_s(attention_score_elements(d), d.peak_exp_per_s)
+    tile_s = lambda x: attention_tiles_time_s(attention_query_tiles(d), x, d.compute_units)  # noqa: E731
     fwd = flash_attention_time_s(core, qkvo, peak, d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff) + exp_s
     bwd = flash_attention_time_s(2.5 * core, 2.0 * qkvo, peak, d.hbm_bw_bytes_per_s, d.kernel_launch_s, eff) + exp_s
-    return float(fwd), float(bwd)
+    return float(fwd + tile_s(eff.flash_attention_fwd_tile_s)), float(bwd + tile_s(eff.flash_attention_bwd_tile_s))
+
+
+def fit_tile_time(attention: list[dict], compute_units: int) -> dict:
+    """Per kernel and pass (two shapes or more), the least-squares fit (relative errors) of the measured time to
+    FLOPs / rate + query tiles x tile time / SMs: the rate (TFLOP/s), one SM's time a tile and the largest |error|."""
+    out = {}
+    for kernel in ("native", "fa2"):
+        rows = [r for r in attention if r["kernel"] == kernel]
+        if len(rows) < 2:
+            continue
+        for pass_, scale in (("fwd", 1.0), ("bwd", 2.5)):
+            x = np.array([[scale * r["flops_fwd"], r["query_tiles"]] for r in rows])
+            y = np.array([r[f"measured_{pass_}_s"] for r in rows])
+            (per_flop, per_tile), *_ = np.linalg.lstsq(x / y[:, None], np.ones_like(y), rcond=None)
+            error = np.abs(x @ np.array([per_flop, per_tile]) / y - 1.0)
+            out[f"{kernel}_{pass_}"] = {"tflops": 1e-12 / per_flop, "tile_s": per_tile * compute_units,
+                                        "max_abs_error": float(error.max()), "n": len(rows)}
+    return out
 
 
 def timed_s(fn, device: torch.device, repeats: int) -> tuple[float, float | None]:
@@ -141,7 +170,13 @@ def timed_s(fn, device: torch.device, repeats: int) -> tuple[float, float | None
     return statistics.median(trials), kernel_us / 5e6
 
 
-def gemm_call(m: int, n: int, k: int, fp8: bool, device: torch.device):
+def gemm_call(m: int, n: int, k: int, fp8: bool, device: torch.device, count: int = 1):
+    """One (m x k) @ (k x n) product; `count` > 1 (bf16 only): one batched GEMM of `count` of them (cuBLAS
+    strided-batched, the balanced grouped GEMM of a rank's local experts)."""
+    if count > 1:
+        a = torch.randn(count, m, k, device=device, dtype=torch.bfloat16)
+        b = torch.randn(count, n, k, device=device, dtype=torch.bfloat16).transpose(1, 2)
+        return lambda: torch.bmm(a, b)
     a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, k, device=device, dtype=torch.bfloat16)
     if not fp8:
@@ -280,33 +315,35 @@ def sustained(kind: str, d, device: torch.device, seconds: float, size: int) -> 
 
 def measure_gemms(hardware, cases, precisions, device, repeats, eff) -> list[dict]:
     rows = []
-    for model, tp, mbs, seq in cases:
+    for model, tp, mbs, seq, ep in cases:
         for precision in precisions:
-            d = design(hardware, model, tp, mbs, seq, precision)
+            d = design(hardware, model, tp, mbs, seq, precision, ep=ep)
             table = layer_gemms(d)
             for pass_, g in zip(("fwd", "dgrad", "wgrad"), (table, *table.backward())):
                 for slot, name in enumerate(GEMM_SLOTS):
                     m, n, k = (int(getattr(g, f)[0, slot]) for f in ("m", "n", "k"))
-                    if m * n * k == 0 or float(g.count[0, slot]) != 1.0:
-                        continue  # empty slots; batched (expert) products are not in these dense cases
-                    got = guarded(lambda: timed_s(gemm_call(m, n, k, precision == "fp8", device), device, repeats),
-                                  f"{model} {precision} {pass_} {name}")
+                    count = int(g.count[0, slot]) if name not in ("attention_scores", "attention_values") else 0
+                    if m * n * k * count == 0 or (count > 1 and precision == "fp8"):
+                        continue  # empty and attention slots (timed as fused attention); no batched fp8 path here
+                    got = guarded(lambda: timed_s(gemm_call(m, n, k, precision == "fp8", device, count), device,
+                                                  repeats), f"{model} {precision} {pass_} {name}")
                     if got is None:
                         continue
                     wall, kernel = got
                     measured = kernel or wall
-                    rows.append({"model": model, "tp": tp, "precision": precision, "pass": pass_, "slot": name,
-                                 "m": m, "n": n, "k": k, "predicted_s": predicted_gemm_s(d, m, n, k, eff),
+                    rows.append({"model": model, "tp": tp, "ep": ep, "precision": precision, "pass": pass_,
+                                 "slot": name, "m": m, "n": n, "k": k, "count": count,
+                                 "predicted_s": predicted_gemm_s(d, m, n, k, eff, count),
                                  "measured_s": measured, "wall_s": wall,
-                                 "measured_tflops": 2.0 * m * n * k / measured / 1e12})
+                                 "measured_tflops": 2.0 * m * n * k * count / measured / 1e12})
     return rows
 
 
 def measure_attention(hardware, cases, device, repeats, eff) -> list[dict]:
     rows = []
-    for model, tp, mbs, seq in cases:
+    for model, tp, mbs, seq, ep in cases:
         for kernel in ("native", "fa2"):
-            d = design(hardware, model, tp, mbs, seq, "bf16", kernel)
+            d = design(hardware, model, tp, mbs, seq, "bf16", kernel, ep)
             fwd_p, bwd_p = predicted_attention_s(d, eff)
             with backend(kernel, device):
                 fwd = guarded(lambda: timed_s(attention_call(d, False, device), device, repeats),
@@ -317,6 +354,7 @@ def measure_attention(hardware, cases, device, repeats, eff) -> list[dict]:
                 continue
             fwd_m, both_m = fwd[1] or fwd[0], both[1] or both[0]
             rows.append({"model": model, "tp": tp, "mbs": mbs, "seq": seq, "kernel": kernel,
+                         "flops_fwd": float(attention_core_flops(d)), "query_tiles": float(attention_query_tiles(d)),
                          "predicted_fwd_s": fwd_p, "measured_fwd_s": fwd_m, "wall_fwd_s": fwd[0],
                          "predicted_bwd_s": bwd_p, "measured_bwd_s": both_m - fwd_m, "wall_fwd_bwd_s": both[0],
                          "measured_fwd_tflops": float(attention_core_flops(d)) / fwd_m / 1e12})
@@ -324,30 +362,34 @@ def measure_attention(hardware, cases, device, repeats, eff) -> list[dict]:
 
 
 def summarize(gemms: list[dict], attention: list[dict]) -> dict:
-    """Median and range of predicted / measured for each kind of kernel."""
+    """Median and range of predicted / measured for each kind of kernel; each layer's GEMMs summed."""
     def ratio(rows, predicted, measured):
         rs = [r[predicted] / r[measured] for r in rows]
         return {"median": statistics.median(rs), "min": min(rs), "max": max(rs), "n": len(rs)} if rs else None
-    out = {f"gemm_{p}": ratio([r for r in gemms if r["precision"] == p], "predicted_s", "measured_s")
+    out = {f"gemm_{p}": ratio([r for r in gemms if r["precision"] == p and r["ep"] == 1], "predicted_s", "measured_s")
            for p in ("bf16", "fp8")}
+    out["expert_gemm_bf16"] = ratio([r for r in gemms if r["count"] > 1], "predicted_s", "measured_s")
     for kernel in ("native", "fa2"):
         rows = [r for r in attention if r["kernel"] == kernel]
         out[f"attention_{kernel}_fwd"] = ratio(rows, "predicted_fwd_s", "measured_fwd_s")
         out[f"attention_{kernel}_bwd"] = ratio(rows, "predicted_bwd_s", "measured_bwd_s")
+    layer = lambda r: f"{r['model']} {r['precision']}"  # noqa: E731
+    total = lambda key, field: sum(r[field] for r in gemms if layer(r) == key)  # noqa: E731
+    out["layer_gemms_summed"] = {k: total(k, "predicted_s") / total(k, "measured_s") for k in map(layer, gemms)}
     return {k: v for k, v in out.items() if v}
 
 
 def print_tables(gemms: list[dict], attention: list[dict], power: list[dict]) -> None:
-    print(f"\n{'model':12} {'tp':>2} {'prec':4} {'pass':5} {'slot':14} {'m':>6} {'n':>6} {'k':>6} "
+    print(f"\n{'model':15} {'tp':>2} {'prec':4} {'pass':5} {'slot':14} {'m':>6} {'n':>6} {'k':>6} {'count':>5} "
           f"{'pred ms':>8} {'meas ms':>8} {'pred/meas':>9} {'TFLOP/s':>8}")
     for r in gemms:
-        print(f"{r['model']:12} {r['tp']:>2} {r['precision']:4} {r['pass']:5} {r['slot']:14} {r['m']:>6} {r['n']:>6} "
-              f"{r['k']:>6} {r['predicted_s'] * 1e3:>8.3f} {r['measured_s'] * 1e3:>8.3f} "
+        print(f"{r['model']:15} {r['tp']:>2} {r['precision']:4} {r['pass']:5} {r['slot']:14} {r['m']:>6} {r['n']:>6} "
+              f"{r['k']:>6} {r['count']:>5} {r['predicted_s'] * 1e3:>8.3f} {r['measured_s'] * 1e3:>8.3f} "
               f"{r['predicted_s'] / r['measured_s']:>9.3f} {r['measured_tflops']:>8.1f}")
-    print(f"\n{'model':12} {'tp':>2} {'mbs':>3} {'seq':>6} {'kernel':6} {'pred fwd':>9} {'meas fwd':>9} {'ratio':>6} "
+    print(f"\n{'model':15} {'tp':>2} {'mbs':>3} {'seq':>6} {'kernel':6} {'pred fwd':>9} {'meas fwd':>9} {'ratio':>6} "
           f"{'pred bwd':>9} {'meas bwd':>9} {'ratio':>6} {'fwd TFLOP/s':>11}  (ms; wall fwd, fwd+bwd)")
     for r in attention:
-        print(f"{r['model']:12} {r['tp']:>2} {r['mbs']:>3} {r['seq']:>6} {r['kernel']:6} "
+        print(f"{r['model']:15} {r['tp']:>2} {r['mbs']:>3} {r['seq']:>6} {r['kernel']:6} "
               f"{r['predicted_fwd_s'] * 1e3:>9.3f} {r['measured_fwd_s'] * 1e3:>9.3f} "
               f"{r['predicted_fwd_s'] / r['measured_fwd_s']:>6.3f} {r['predicted_bwd_s'] * 1e3:>9.3f} "
               f"{r['measured_bwd_s'] * 1e3:>9.3f} {r['predicted_bwd_s'] / r['measured_bwd_s']:>6.3f} "
@@ -380,9 +422,9 @@ def main() -> None:
     fp8_ok = device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
     eff = Efficiency()
     print(f"torch {torch.__version__} on {name}; model preset {hardware}")
-    cases = [(m, tp, mbs, args.seq or seq) for m, tp, mbs, seq in CASES if m in args.cases.split(",")]
+    cases = [(m, tp, mbs, args.seq or seq, ep) for m, tp, mbs, seq, ep in CASES if m in args.cases.split(",")]
     gemms = measure_gemms(hardware, cases, ("bf16", "fp8") if fp8_ok else ("bf16",), device, args.repeats, eff)
-    sweep = [("llama3-8b", 1, 1, int(s)) for s in args.attention_seqs.split(",") if s]
+    sweep = [("llama3-8b", 1, 1, int(s), 1) for s in args.attention_seqs.split(",") if s]
     attention = measure_attention(hardware, cases + [c for c in sweep if c not in cases], device, args.repeats, eff)
     power = []
     if device.type == "cuda" and args.power_seconds > 0:
@@ -392,8 +434,13 @@ def main() -> None:
     print_tables(gemms, attention, power)
     summary = summarize(gemms, attention)
     print("\npredicted / measured:", json.dumps(summary))
+    tiles = fit_tile_time(attention, int(design(hardware, "llama3-8b", 1, 1, 1024, "bf16").compute_units))
+    for key, fit in tiles.items():
+        shipped = getattr(eff, f"flash_attention_{key.split('_')[1]}_tile_s")
+        print(f"attention {key}: {fit['tflops']:.0f} TFLOP/s + {fit['tile_s'] * 1e6:.2f} us an SM a (query tile, head) "
+              f"(shipped {shipped * 1e6:.1f} us; {fit['n']} shapes, largest error {100 * fit['max_abs_error']:.0f} %)")
     out = json.dumps({"device": name, "torch": torch.__version__, "hardware": hardware, "gemms": gemms,
-                      "attention": attention, "summary": summary, "power": power})
+                      "attention": attention, "summary": summary, "attention_tile_fit": tiles, "power": power})
     if args.json:
         Path(args.json).write_text(out + "\n")
     print(out)

@@ -10,12 +10,13 @@ tokens/s/GPU ratio of each pair beside the model's ratio for the same two rows. 
 only through what its row types differently (the global batch, recompute, CUDA graphs, the MoE dispatcher
 and overlaps, ...), so where the two ratios differ the release changed something no column holds. The
 summary gives the median and largest measured ratio, and the share of the pairs' log-ratio that the model's
-ratio accounts for.
+ratio accounts for, then ONE JSON line with the same figures.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import statistics
 import sys
@@ -24,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from analytical import DEFAULT_EFFICIENCY
+from deepflow.presets import ConfigError
 from deepflow.validation import read_rows
 from deepflow.validation.report import predict
 
@@ -40,9 +42,15 @@ def release(row_id: str) -> str:
     return "-".join(row_id.split("-")[:2])
 
 
+def row_key(frame: pd.DataFrame, columns) -> pd.Series:
+    """Each row's values of those of `columns` the table has, joined into one string (empty for an empty cell): rows
+    with equal keys agree on them."""
+    return frame[[c for c in columns if c in frame.columns]].astype(object).fillna("").astype(str).agg("|".join, axis=1)
+
+
 def pairs(frame: pd.DataFrame) -> list[tuple[int, int]]:
     """Index pairs `(i, j)` of rows with the same `LAYOUT` from different releases (each release's first row)."""
-    key = frame[list(LAYOUT)].astype(object).fillna("").astype(str).agg("|".join, axis=1)
+    key = row_key(frame, LAYOUT)
     out = []
     for _, group in frame.groupby(key, sort=False):
         firsts = group.groupby(group["id"].map(release), sort=False).head(1).index
@@ -50,12 +58,20 @@ def pairs(frame: pd.DataFrame) -> list[tuple[int, int]]:
     return out
 
 
-def main(argv: list[str]) -> None:
+def measured_and_predicted(argv: list[str]) -> tuple[str, pd.DataFrame, list, list]:
+    """The CSV a `data=` argument names (modern_runs.csv without one), its table, and its rows' measured and
+    predicted step times (shipped constants)."""
     path = next((a.split("=", 1)[1] for a in argv if a.startswith("data=")), str(DATA))
-    frame = pd.read_csv(path)
-    rows = read_rows(path)
-    measured_s = rows.measured_s
+    try:
+        rows = read_rows(path)
+    except ConfigError as exc:  # a missing file or a bad row: the reader's one line, no traceback
+        raise SystemExit(f"{Path(sys.argv[0]).name}: {exc}") from None
     predicted_s = predict(rows, DEFAULT_EFFICIENCY)["predicted_s"]
+    return path, pd.read_csv(path), list(rows.measured_s), [float(t) for t in predicted_s]
+
+
+def main(argv: list[str]) -> None:
+    path, frame, measured_s, predicted_s = measured_and_predicted(argv)
     tokens_s = frame["global_batch_size"] * frame["seq_length"] / frame["num_gpus"]  # tokens a GPU a step
     found = pairs(frame)
     if not found:
@@ -79,6 +95,10 @@ def main(argv: list[str]) -> None:
           f"max {max(measured_ratios):.3f}x; the model's ratio accounts for {sum(explained) / sum(logs):.0%} of "
           f"their summed log-ratio; what it leaves: median {math.exp(statistics.median(residual)):.3f}x, "
           f"max {math.exp(max(residual)):.3f}x")
+    print(json.dumps({"pairs": len(found), "measured_ratio_median": statistics.median(measured_ratios),
+                      "measured_ratio_max": max(measured_ratios), "model_share": sum(explained) / sum(logs),
+                      "residual_median": math.exp(statistics.median(residual)),
+                      "residual_max": math.exp(max(residual))}))
 
 
 if __name__ == "__main__":

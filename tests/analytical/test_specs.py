@@ -1,11 +1,11 @@
-"""analytical.specs: validation names the offending field; spec_from_dict rejects unknown keys."""
+"""analytical.specs: validation names the offending field; analytical.build.spec_from_dict rejects unknown keys."""
 
 from __future__ import annotations
 
 import pytest
 
 from analytical import AcceleratorSpec, MappingSpec, ModelSpec, SpecError, SystemSpec
-from analytical.specs import spec_from_dict
+from analytical.build import spec_from_dict
 
 
 def raises_naming(field: str, spec) -> SpecError:

@@ -3,7 +3,6 @@ loose bounds, each a physical or published limit the model could break."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -12,11 +11,8 @@ BENCH = Path(__file__).resolve().parents[2] / "experiments" / "benchmarks" / "be
 
 
 @pytest.fixture(scope="module")
-def rows() -> dict[str, dict]:
-    spec = importlib.util.spec_from_file_location("bench_energy", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return {r["id"]: r for r in module.compare()}
+def rows(load_script) -> dict[str, dict]:
+    return {r["id"]: r for r in load_script(BENCH).compare()}
 
 
 def test_every_measurement_is_compared_or_says_why_not(rows):

@@ -9,6 +9,7 @@ import torch
 
 from analytical import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.kernels import (
+    attention_tiles_time_s,
     ceil_div,
     flash_attention_time_s,
     gemm_compute_time_s,
@@ -190,9 +191,16 @@ def test_flash_attention_roofline():
     assert float(time[2]) == 0.0
 
 
+def test_attention_tiles_time_is_one_sms_time_a_tile_spread_over_the_sms():
+    time = attention_tiles_time_s(t(1024.0, 8192.0, 0.0), 8e-6, t(132.0, 132.0, 132.0))
+    assert time.tolist() == pytest.approx([1024 * 8e-6 / 132, 8192 * 8e-6 / 132, 0.0], rel=1e-12)
+    assert float(attention_tiles_time_s(t(1024.0), 8e-6, t(264.0))[0]) == pytest.approx(float(time[0]) / 2, rel=1e-12)
+
+
 def test_default_efficiency_fractions_are_fractions():
     for name, value in DEFAULT_EFFICIENCY.as_dict().items():
         if name.endswith("_fraction"):
             assert 0.0 < value <= 1.0, name
     assert DEFAULT_EFFICIENCY.gemm_tile_overhead_s >= 0.0
     assert DEFAULT_EFFICIENCY.layer_overhead_s >= 0.0
+    assert 0.0 < DEFAULT_EFFICIENCY.flash_attention_fwd_tile_s < DEFAULT_EFFICIENCY.flash_attention_bwd_tile_s

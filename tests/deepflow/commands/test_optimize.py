@@ -113,6 +113,22 @@ def test_best_design_round_trips_through_evaluate(one_run, capsys):
     assert json.loads(capsys.readouterr().out)["step_time_s"] != pytest.approx(recorded, rel=1e-6)
 
 
+@pytest.mark.parametrize("hardware, budget_w", [(["hardware=gb200"], 1200.0),
+                                              (["hardware.power_limit_w=500"], 500.0)])
+def test_a_searched_peak_is_written_back_as_the_rate_the_part_runs(tmp_path, monkeypatch, capsys, hardware, budget_w):
+    """A hardware space samples sustained rates (a GB200's operating point, a power-limited H100's): the best design
+    writes them as a part with neither rating nor limit, the limit kept as its TDP, and evaluates to the same time."""
+    monkeypatch.chdir(tmp_path)
+    assert optimize("budget=8", "space=hardware-mapping", *hardware) == 0
+    design = next(tmp_path.glob("outputs/quickstart/*/best_design.yaml"))
+    section = yaml.safe_load(design.read_text())["hardware"]
+    assert section["nominal_tdp_w"] is None and section["power_limit_w"] is None and section["tdp_w"] == budget_w
+    recorded = json.loads(design.with_name("best_breakdown.json").read_text())["step_time_s"]
+    capsys.readouterr()
+    assert main(["evaluate", f"design={design}", "output=json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time_s"] == pytest.approx(recorded, rel=1e-12)
+
+
 def test_regret_against_the_enumerated_optimum(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert optimize("budget=8", "optimum=enumerate", "output=json") == 0

@@ -4,8 +4,6 @@ experiments/benchmarks/bench_bo.py), and the chip-derived space of the benchmark
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,18 +19,9 @@ FRONT = [[1.0, 3.0], [2.0, 2.0], [3.0, 1.0]]
 EXTRA = [[3.0, 3.0], [2.5, 2.0], [5.0, 0.0], [0.5, 4.0]]  # dominated, dominated (tie), beyond ref x2
 
 
-def _load(name: str):
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))  # bench_bo imports pareto_space from its own folder
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
-def bench():
-    return _load("bench_bo")
+def bench(load_script):
+    return load_script(BENCHMARKS / "bench_bo.py")  # (it imports pareto_space from its own folder)
 
 
 def test_plots_hypervolume_of_a_hand_computed_front():
@@ -61,8 +50,8 @@ def test_bench_and_plots_hypervolumes_agree_on_random_clouds(bench):
         assert bench.hypervolume_2d(Y, ref) == pytest.approx(hypervolume_2d(Y.numpy(), ref.tolist()), rel=1e-12)
 
 
-def test_pareto_space_is_discrete_and_power_trades_time_for_energy():
-    module = _load("pareto_space")
+def test_pareto_space_is_discrete_and_power_trades_time_for_energy(load_script):
+    module = load_script(BENCHMARKS / "pareto_space.py")
     space = module.pareto_space()
     assert space.chip is not None and space.discrete_size == space.size == 311_040
     base = {"power_compute_fraction": 0.7, "power_memory_fraction": 0.2, "area_compute_fraction": 0.7,
