@@ -18,8 +18,8 @@ The space searched (defaults of `SearchOptions`):
 - vp: 1, and for pp > 1 the powers of two <= 8 with pp * vp dividing the layers and the
   micro-batch count divisible by pp (Megatron's interleaved schedule).
 - sequence_parallel: off, and on where tp > 1 and tp * cp divides the sequence.
-- recompute: none, selective, full (selective only with unfused attention: under flash attention
-  it recomputes nothing, so it would duplicate `none`).
+- recompute: none, selective, full (selective under flash attention too: there it re-runs the norms and
+  the MLP activation and keeps less, `analytical.step.memory`, so it is a design of its own).
 - (zero_stage, distributed_optimizer): (0, off), (0, on), (2, off), (3, off); stages 2 and 3 only
   without pipeline parallelism. ZeRO stage 1 is modelled exactly as the distributed optimizer
   (both shard the optimizer state over dp), so only the latter is enumerated.
@@ -34,8 +34,7 @@ not fit in memory, or for reasons shared by all mappings (an unsupported precisi
 without scale-out links); `evaluate` decides those.
 
 Size and cost (2-core CPU, one torch thread, `experiments/benchmarks/bench_analytical.py`): GPT-3
-175B on 1024 GPUs with a global batch of 1536 enumerates 19,020 mappings with flash attention
-(28,530 without, where selective recompute is searched too) in ~0.05-0.15 s; GPT-3 13B on 64 GPUs
+175B on 1024 GPUs with a global batch of 1536 enumerates 28,530 mappings in ~0.05-0.2 s; GPT-3 13B on 64 GPUs
 (global batch 1024) in ~0.02 s. The grid grows with the number of divisors of num_devices
 (tp x pp x cp) times 5 micro-batches x up to 4 vp x 2 x 3 x 4; lower `max_micro_batch_size` /
 `max_vp` or turn off `context_parallel` if a space gets too large.
@@ -245,8 +244,6 @@ def _mapping_grid(system: SystemSpec, model: ModelSpec, global_batch_size: int,
     cols = _keep(cols, (sp == 0) | ((cols["tp"] > 1) & (seq % (cols["tp"] * cols["cp"]) == 0)))
 
     recompute = set(opt.recompute) - ({"full"} if opt.overlap_ep_comm else set())
-    if opt.flash_attention and {"none", "selective"} <= recompute:
-        recompute.discard("selective")  # a no-op under flash attention: same design as "none"
     cols = _cross(cols, "recompute", _long(sorted(RECOMPUTE_CODES[r] for r in recompute)))
 
     zero_configs = [(z, o) for z, o in ZERO_CONFIGS

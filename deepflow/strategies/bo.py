@@ -53,11 +53,20 @@ Candidates:
   those by the MC acquisition (sequential greedy with pending points). The constraint terms are
   <= 0, so they are computed only for the choices in decreasing order of the objective term until
   that term falls below the `screen`-th best total (the same choices, a fraction of the work);
-- otherwise `optimize_acqf_mixed_alternating` (discrete / categorical dimensions restricted to their
-  bin centres; a purely continuous space uses `optimize_acqf`). A candidate that breaks a known
-  constraint or repeats a design is replaced by the acquisition's best point of a known-feasible
-  repair set (its continuous coordinates with the discrete coordinates of Sobol known-feasible
-  points, and those points themselves).
+- otherwise (a space with continuous parameters, e.g. the chip splits of co-design, or a grid too
+  large), with `mixed="candidates"` (default): a candidate set (`deepflow.strategies.candidates`:
+  `n_local` moves around the `centres` best feasible designs at step lengths from 0.01 to 0.3 of
+  the unit cube, TuRBO's local search without its state, plus `n_global` Sobol points), all
+  known-feasible and new; the same analytic screen keeps the `screen` best of those whose modelled
+  probability of feasibility (the product over the constraint GPs) is at least `min_feasibility`
+  (the q likeliest where fewer are), and `optimize_acqf_discrete` picks q by the MC acquisition.
+  Measured on the co-design experiments (README, "Co-design search"): 1-5 s a batch where the
+  alternating optimizer took 20-35 s, and better designs;
+- with `mixed="alternating"`: `optimize_acqf_mixed_alternating` (discrete / categorical dimensions
+  restricted to their bin centres; a purely continuous space uses `optimize_acqf`). A candidate that
+  breaks a known constraint or repeats a design is replaced by the acquisition's best point of a
+  known-feasible repair set (its continuous coordinates with the discrete coordinates of Sobol
+  known-feasible points, and those points themselves).
 """
 
 from __future__ import annotations
@@ -84,11 +93,14 @@ from analytical.search import torch_threads
 from analytical.space import DesignSpace
 from analytical.specs import SpecError
 from deepflow.strategies.base import History, check_q, design_keys
+from deepflow.strategies.candidates import SCALES, candidate_set
 from deepflow.strategies.gp_parts import NOISE_FRACTION, SurrogateMean, hyperparameters, log_ei, marginals, mixed_kernel
 from deepflow.strategies.random_search import SobolSearch, fresh
 from deepflow.strategies.space_grid import bin_centres, cat_dims, enumerate_space, grid_ids, snap, space_key
 
 SCREEN_BLOCK = 4096  # choices per block of the screen's constraint terms
+LIKELY_PENALTY = 1e6  # subtracted from the screen score of a choice below min_feasibility
+MIXED = ("candidates", "alternating")  # how a space too large to enumerate is searched (class docstring)
 
 
 class BayesianOptimization:
@@ -109,6 +121,10 @@ class BayesianOptimization:
       caller's). One: GP fits of a few hundred points gain nothing from more, and on a shared
       machine intra-op threads make them several times slower.
     ref_point: two objectives only: hypervolume reference point in Y units (minimized), length 2.
+    mixed: how a space that is not enumerated is searched: "candidates" or "alternating" (module
+      docstring); n_local, n_global, centres: the candidate set's local moves, Sobol points and the
+      designs the moves start from; min_feasibility: the least modelled probability of feasibility of
+      a candidate that goes on to the acquisition.
     prior: an optional fitted surrogate (see `SurrogateMean`); prior_targets: its column per objective;
       prior_constraint_targets: `{constraint column of History.C: surrogate column}` for the
       constraints whose GPs take the surrogate as prior mean too (the memory and power margins).
@@ -121,7 +137,9 @@ class BayesianOptimization:
                  prior=None, prior_targets: Optional[list[int]] = None, maxiter_alternating: int = 16,
                  max_grid: int = 2_000_000, screen: int = 2048, fit_maxiter: int = 75,
                  num_threads: Optional[int] = 1, warm_start: bool = False, fit_maxiter_warm: int = 20,
-                 prior_constraint_targets: Optional[dict[int, int]] = None):
+                 prior_constraint_targets: Optional[dict[int, int]] = None, mixed: str = "candidates",
+                 n_local: int = 3072, n_global: int = 1024, centres: int = 4, min_feasibility: float = 0.8,
+                 scales: Optional[list[float]] = None):
         self.n_init = n_init
         self.num_restarts = num_restarts
         self.raw_samples = raw_samples
@@ -138,8 +156,22 @@ class BayesianOptimization:
         self.num_threads = num_threads
         self.warm_start = warm_start
         self.fit_maxiter_warm = fit_maxiter_warm
+        self.mixed = mixed
+        self.n_local = n_local
+        self.n_global = n_global
+        self.centres = centres
+        self.min_feasibility = min_feasibility
+        self.scales = scales
+        if scales is not None and (not scales or any(isinstance(x, bool) or not isinstance(x, (int, float)) or x <= 0
+                                                     for x in scales)):
+            raise SpecError("strategy[bo]", "scales", scales, "null or a list of positive step lengths (unit cube)")
+        if isinstance(min_feasibility, bool) or not isinstance(min_feasibility, (int, float)) \
+                or not 0.0 < min_feasibility <= 1.0:
+            raise SpecError("strategy[bo]", "min_feasibility", min_feasibility, "a number in (0, 1]")
+        if mixed not in MIXED:
+            raise SpecError("strategy[bo]", "mixed", mixed, " or ".join(MIXED))
         for name in ("num_restarts", "raw_samples", "mc_samples", "max_enumerate", "maxiter_alternating",
-                     "max_grid", "screen", "fit_maxiter", "fit_maxiter_warm"):
+                     "max_grid", "screen", "fit_maxiter", "fit_maxiter_warm", "n_local", "n_global", "centres"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SpecError("strategy[bo]", name, value, "an integer >= 1")
@@ -260,28 +292,37 @@ class BayesianOptimization:
     def _propose(self, space: DesignSpace, history: History, q: int, seed: int) -> torch.Tensor:
         acqf = self.acquisition(space, history, seed)
         choices = self._discrete_choices(space)
-        if choices is None:
+        if choices is None and self.mixed == "alternating":
             return self._optimize_mixed(space, history, acqf, q, seed)
-        choices = choices[~torch.isin(grid_ids(space, choices), grid_ids(space, history.X))]
-        if choices.shape[0] == 0:  # every design verified
-            return SobolSearch().propose(space, history, q, seed)
-        if choices.shape[0] > self.screen:
-            choices = choices[self._screen(acqf, choices)]
+        if choices is None:  # a candidate set: the likely feasible ones (at least q) go on
+            choices = candidate_set(space, history, self.n_local, self.n_global, self.centres, seed,
+                                    tuple(self.scales) if self.scales else SCALES)
+            if choices.shape[0] == 0:
+                return SobolSearch().propose(space, history, q, seed)
+            choices = choices[self._screen(acqf, choices, likely=q)]
+        else:
+            choices = choices[~torch.isin(grid_ids(space, choices), grid_ids(space, history.X))]
+            if choices.shape[0] == 0:  # every design verified
+                return SobolSearch().propose(space, history, q, seed)
+            if choices.shape[0] > self.screen:
+                choices = choices[self._screen(acqf, choices)]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", OptimizationWarning)
             X, _ = optimize_acqf_discrete(acqf, q=min(q, choices.shape[0]), choices=choices,
                                           max_batch_size=1024, unique=True)
         return X
 
-    def _screen(self, acqf, choices: torch.Tensor) -> torch.Tensor:
+    def _screen(self, acqf, choices: torch.Tensor, likely: int = 0) -> torch.Tensor:
         """Indices of the `screen` most promising choices by the analytic screen (module docstring).
+        With `likely` > 0, only the choices whose modelled probability of feasibility is at least
+        `min_feasibility` (or the `likely` most probable, where fewer are).
 
         The objectives' score is computed for every choice; the constraint terms (log probabilities,
         <= 0) only in blocks of choices in decreasing order of that score, stopping once the next
         block's objective score is below the `screen`-th best full score: no later choice can then
         enter the top (the same choices as scoring all, at a fraction of the constraint GPs' cost)."""
         models = acqf.model.models if isinstance(acqf.model, ModelListGP) else [acqf.model]
-        m, cons, best, k = self._m, self._cons, self._best, self.screen
+        m, cons, best, k = self._m, self._cons, self._best, min(self.screen, choices.shape[0])
         with torch.no_grad():
             stats = [marginals(gp, choices) for gp in models[:m]]
             mean = torch.stack([s[0] for s in stats], -1)
@@ -298,16 +339,21 @@ class BayesianOptimization:
             done, threshold = 0, -math.inf
             while done < order.numel() and (done < k or float(base[order[done]]) >= threshold):
                 idx = order[done:done + max(k, SCREEN_BLOCK)]
-                term = base[idx]
+                log_pof = torch.zeros(idx.numel(), dtype=base.dtype)
                 for j in cons:
                     mean_j, var_j = marginals(models[j], choices[idx])
-                    term = term + torch.special.log_ndtr(-mean_j / var_j.clamp_min(1e-12).sqrt())
-                score[idx] = term
+                    log_pof = log_pof + torch.special.log_ndtr(-mean_j / var_j.clamp_min(1e-12).sqrt())
+                score[idx] = base[idx] + log_pof
+                if likely:  # below min_feasibility a choice ranks after every likelier one
+                    score[idx] -= LIKELY_PENALTY * (log_pof < math.log(self.min_feasibility))
                 done += idx.numel()
                 if done >= k:
                     threshold = float(torch.topk(score, k).values[-1])
             self.last_screen_constraint_rows_ = done  # choices whose constraint terms were computed
-        return torch.topk(score, k).indices
+        top = torch.topk(score, k)
+        if likely:
+            return top.indices[: max(likely, int((top.values > -LIKELY_PENALTY / 2).sum()))]
+        return top.indices
 
     def _optimize_mixed(self, space: DesignSpace, history: History, acqf, q: int, seed: int) -> torch.Tensor:
         centres = bin_centres(space)

@@ -3,6 +3,8 @@ descent where a space has continuous parameters) on spaces small enough to enume
 
     python experiments/benchmarks/bench_bo.py            # 20 seeds (hours on a 2-core machine)
     python experiments/benchmarks/bench_bo.py --quick    # 3 seeds, smaller budgets
+    python experiments/benchmarks/bench_bo.py --seeds 1 --budget 14 --spaces mapping --no-overhead \
+        --pareto-space mapping --pareto-seeds 1 --pareto-budget 50 --pareto-strategies random    # a smoke run
 
 Spaces (ground truth: every known-feasible point evaluated in one batched pass):
 
@@ -201,7 +203,10 @@ def run_jobs(fn, jobs: list[dict], workers: int) -> list:
 
     def done(i: int) -> None:  # progress, so that a killed run still says something
         label = " ".join(f"{k}={jobs[i][k]}" for k in ("space", "experiment", "strategy", "seed") if k in jobs[i])
-        bar.write(f"    {label}: {results[i]}")
+        shown = results[i]
+        if isinstance(shown, dict):  # the scalar figures only (a run's whole curve is too long a line)
+            shown = {k: v for k, v in shown.items() if isinstance(v, (int, float, str, type(None)))}
+        bar.write(f"    {label}: {shown}")
         bar.update(1)
 
     with bar:
@@ -337,6 +342,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 seeds and smaller budgets")
     parser.add_argument("--seeds", type=int, default=None)
+    parser.add_argument("--budget", type=int, default=None,
+                        help="evaluations of every single-objective run (a smoke run; default per strategy)")
     parser.add_argument("--spaces", nargs="+", default=["mapping", "hw-mapping"])
     parser.add_argument("--no-pareto", action="store_true")
     parser.add_argument("--overhead-only", action="store_true", help="only bo_iteration_overhead_s_n500")
@@ -355,9 +362,9 @@ def main() -> None:
                         choices=["bo", "random", "sobol", "evolution", "nsga2"])
     args = parser.parse_args()
     args.seeds = args.seeds or (3 if args.quick else 20)
-    args.bo_budget = 100 if args.quick else 200
-    args.random_budget = 20000
-    args.evolution_budget = 600 if args.quick else 2000
+    args.bo_budget = args.budget or (100 if args.quick else 200)
+    args.random_budget = args.budget or 20000
+    args.evolution_budget = args.budget or (600 if args.quick else 2000)
     args.n_init = 12
     args.pareto_budget = args.pareto_budget or (100 if args.quick else 300)
     args.pareto_seeds = args.pareto_seeds or (1 if args.quick else 5)

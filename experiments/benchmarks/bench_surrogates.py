@@ -1,7 +1,7 @@
 """Accuracy, calibration, speed and training time of the surrogates on analytical-model samples.
 
     python experiments/benchmarks/bench_surrogates.py [--space joint] [--sizes 10000 100000]
-        [--models ensemble classifier svgp gp] [--gp-n 1000] [--gp-mixed] [--threads 2]
+        [--models ensemble classifier svgp gp] [--gp-n 1000] [--gp-mixed] [--threads 2] [--query-repeats 200]
 
 Data: points of a `DesignSpace` (`deepflow.config.compose_config(["space=<name>"])` +
 `space_from_config`; default `joint` when `conf/space/joint.yaml` exists, else `hardware-mapping`),
@@ -195,6 +195,7 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["ensemble", "classifier", "svgp", "gp"])
     parser.add_argument("--n-test", type=int, default=10_000)
     parser.add_argument("--query-batch", type=int, default=100_000)
+    parser.add_argument("--query-repeats", type=int, default=200, help="single-row calls timed for query_single_ms")
     parser.add_argument("--budget-s", type=float, default=900.0, help="training-loop wall-time cap per fit")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
@@ -226,7 +227,8 @@ def main() -> None:
                     row[f"accuracy_{split}"] = float(((p >= 0.5) == data[ys]).double().mean())
                     row[f"brier_{split}"] = float(((p - data[ys].double()) ** 2).mean())
                 row["query_single_ms"], row["query_batch_per_s"] = query_speed(
-                    lambda x: clf.predict_proba(x, return_std=True), data["X_clf_test"], args.query_batch)
+                    lambda x: clf.predict_proba(x, return_std=True), data["X_clf_test"], args.query_batch,
+                    args.query_repeats)
                 results[f"classifier@{n}"] = row
                 print(f"classifier n={n}: {json.dumps(row)}", flush=True)
             continue
@@ -244,7 +246,7 @@ def main() -> None:
             row.update(score(model, data))
             batch = min(args.query_batch, 10_000) if kind == "gp" else args.query_batch  # O(n^2) per row
             row["query_single_ms"], row["query_batch_per_s"] = query_speed(
-                lambda x: model.predict(x, return_std=True), data["X_test"], batch)
+                lambda x: model.predict(x, return_std=True), data["X_test"], batch, args.query_repeats)
             row["meets"] = {k: meets(k, row[k]) for k in TARGETS}
             results[f"{kind}@{n}"] = row
             print(f"{kind} n={n}: {json.dumps(row)}", flush=True)

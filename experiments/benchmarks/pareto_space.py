@@ -17,6 +17,7 @@ Continuous chip inputs are grids as `categorical` parameters with numeric choice
 with more than two choices with a categorical kernel, evolution mutates it to any other value).
 
     python experiments/benchmarks/pareto_space.py    # grid, known-feasible, feasible, the front; one JSON line
+    python experiments/benchmarks/pareto_space.py --tiny    # the same on a 2,880-point corner (a quick check)
 
 Measured (`python experiments/benchmarks/pareto_space.py`, under 1 s at 0562c3b): grid 311,040 points, 202,176
 known-feasible, 124,416 feasible (the rest out of memory); the true front has 27 designs, step time 5.66-11.24 s
@@ -30,6 +31,8 @@ designs, 5.51-10.70 s and 1.49-3.48 MJ, with 114,048 feasible points; later mode
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import math
 import time
@@ -90,6 +93,18 @@ def pareto_space() -> DesignSpace:
                        chip=load_preset("chip", CHIP_TEMPLATE)).validate()
 
 
+# `--tiny`: the lowest and highest power budget, one split of each (the front designs' area share)
+TINY = {"power_budget_w": (300, 1200), "power_compute_fraction": (0.7,), "power_memory_fraction": (0.2,),
+        "area_compute_fraction": (0.7,)}
+
+
+def tiny_space() -> DesignSpace:
+    """`pareto_space` with the choices of `TINY` only (2,880 points)."""
+    space = pareto_space()
+    params = tuple(dataclasses.replace(p, choices=TINY[p.name]) if p.name in TINY else p for p in space.parameters)
+    return dataclasses.replace(space, name=space.name + "-tiny", parameters=params).validate()
+
+
 def summary(space: DesignSpace) -> dict:
     """Exhaustive evaluation of `space` under time_energy: sizes, the true front and its ranges
     (prints the front's designs)."""
@@ -114,7 +129,9 @@ def summary(space: DesignSpace) -> dict:
 
 
 if __name__ == "__main__":
-    out = summary(pareto_space())
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiny", action="store_true", help="the 2,880-point corner of `TINY` (a quick check)")
+    out = summary(tiny_space() if parser.parse_args().tiny else pareto_space())
     print(f"grid {out['grid']:,}, known-feasible {out['known_feasible']:,}, feasible {out['feasible']:,}, "
           f"front {out['front_size']} designs, step time {out['front_step_time_s'][0]:.2f}-"
           f"{out['front_step_time_s'][1]:.2f} s, energy {out['front_energy_j'][0] / 1e6:.2f}-"

@@ -38,6 +38,9 @@ repositories: for each run the node power logs ``power/result_N/node_*.txt`` hol
 1-2 s and ``result_N.txt`` the ``run_start`` / ``run_stop`` times; the per-node mean is the mean of the readings
 inside that interval, the energy the trapezoid integral of them, both averaged over the submitted runs.
 `mlperf_run_power` below recomputes them from a checkout.
+
+Run as a script (`python experiments/benchmarks/power_measurements.py`), it lists the rows, then ONE JSON line:
+the number of rows, and of rows of each kind.
 """
 
 from __future__ import annotations
@@ -401,3 +404,5 @@ if __name__ == "__main__":
         per_dev = f"{m['measured_w_per_device']:7.0f} W/dev" if m["measured_w_per_device"] else " " * 13
         node = f"{m['measured_node_w']:7.0f} W/node" if m["measured_node_w"] else " " * 14
         print(f"{m['id']:48s} {m['kind']:11s} {per_dev} {node}  {m['gpu'] or '-':14s} x{m['num_devices'] or '-'}")
+    kinds = [m["kind"] for m in MEASUREMENTS]
+    print(json.dumps({"rows": len(MEASUREMENTS), "by_kind": {k: kinds.count(k) for k in dict.fromkeys(kinds)}}))

@@ -8,9 +8,9 @@ second accelerator buys in training, with the layout each was run with (a part w
 pipeline stages or no recompute: the model prices the layout too). This prints, for every such pair, the
 measured ratio, the model's ratio for the same two rows and their ratio (model / measured: below 1, the model
 gives the second accelerator too little), marks the pairs run with the same layout (the cleanest comparison),
-then sums up each pair of accelerators, and ends with ONE JSON line of those sums. It checks how the model carries from one part's datasheet to another's,
-apart from the layout and the release: a change to what a datasheet peak is worth in training (a sustained
-operating point under the TDP, say) should move these ratios toward 1.
+then sums up each pair of accelerators (and ends with ONE JSON line of those sums). It checks how the model carries
+from one part's datasheet to another's, apart from the layout and the release: a change to what a datasheet peak is
+worth in training (a sustained operating point under the TDP, say) should move these ratios toward 1.
 """
 
 from __future__ import annotations

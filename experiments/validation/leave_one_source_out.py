@@ -1,7 +1,7 @@
 """Held-out error of the global efficiency constants: leave one source out, leave one generation out.
 
 Run by hand: `python experiments/validation/leave_one_source_out.py` (add `--json` for one JSON
-line only). Two tables:
+line only; `--fields gemm_peak_fraction` fits that constant alone in every held-out fit: a quick run). Two tables:
 
 1. leave one source out: fit on all sources but one (Narayanan et al. 2021 and Korthikanti et al.
    2022 from published_runs.csv, vTrain), report the error on the one left out;
@@ -42,7 +42,7 @@ def _summary(s: dict) -> dict:
     return {k: s.get(k) for k in ("n", "mape", "max_abs_error", "min_kendall_tau", "infeasible_rows")}
 
 
-def leave_one_source_out(quiet: bool) -> dict:
+def leave_one_source_out(quiet: bool, fields: tuple[str, ...] = FIT_FIELDS) -> dict:
     published = read_rows(str(HERE / "published_runs.csv"))
     sources = {
         "narayanan21": published.subset(np.array([s.startswith("Narayanan") for s in published.sources])),
@@ -54,7 +54,7 @@ def leave_one_source_out(quiet: bool) -> dict:
         if left_out is None:
             eff, label = DEFAULT_EFFICIENCY, "shipped defaults"
         else:
-            eff = fit_efficiency(concat([rows for name, rows in sources.items() if name != left_out]))
+            eff = fit_efficiency(concat([rows for name, rows in sources.items() if name != left_out]), fields=fields)
             label = f"fit without {left_out}"
         for name, rows in sources.items():
             s = report(rows, eff)["summary"]
@@ -86,7 +86,7 @@ def without_unfitted_moe_host_time(train: Rows, eff: Efficiency) -> Efficiency:
     return dataclasses.replace(eff, moe_layer_host_s=0.0)
 
 
-def leave_one_generation_out(quiet: bool) -> dict:
+def leave_one_generation_out(quiet: bool, fields: tuple[str, ...] = FIT_FIELDS) -> dict:
     """Fit on the older generations' rows (all visible files), report the newer ones."""
     rows = all_rows()
     gens = np.array([generation(spec[0]) for spec in rows.specs])
@@ -94,7 +94,8 @@ def leave_one_generation_out(quiet: bool) -> dict:
     out = {}
     for fit_on in (GENERATIONS[:1], GENERATIONS[:2]):
         train = rows.subset(np.isin(gens, fit_on))
-        eff = without_unfitted_moe_host_time(train, without_unfitted_narrow_fraction(train, fit_efficiency(train)))
+        fitted = fit_efficiency(train, fields=fields)
+        eff = without_unfitted_moe_host_time(train, without_unfitted_narrow_fraction(train, fitted))
         label = "fit on " + " + ".join(fit_on)
         for g, part in by_gen.items():
             s = report(part, eff)["summary"]
@@ -115,15 +116,16 @@ def main() -> None:
     parser.add_argument("--fit-shipped", action="store_true",
                         help="fit the constants on every visible row (how the shipped defaults were made) and print them")
     parser.add_argument("--fields", default=None,
-                        help="with --fit-shipped: fit only these comma-separated constants, the others held at the "
-                             "shipped values (the last refit: flash_attention_fraction,narrow_gemm_peak_fraction)")
+                        help="fit only these comma-separated constants, the others held at the shipped values (with "
+                             "--fit-shipped, the last refit: flash_attention_fraction,narrow_gemm_peak_fraction; "
+                             "without, in every held-out fit: a quick run)")
     args = parser.parse_args()
+    fields = tuple(args.fields.split(",")) if args.fields else FIT_FIELDS
+    unknown = sorted(set(fields) - set(FIT_FIELDS))
+    if unknown:
+        parser.error(f"--fields: unknown {', '.join(unknown)}; allowed {', '.join(FIT_FIELDS)}")
     if args.fit_shipped:
         if args.fields:
-            fields = tuple(args.fields.split(","))
-            unknown = sorted(set(fields) - set(FIT_FIELDS))
-            if unknown:
-                parser.error(f"--fields: unknown {', '.join(unknown)}; allowed {', '.join(FIT_FIELDS)}")
             eff = fit_efficiency(all_rows(), start=DEFAULT_EFFICIENCY, fields=fields)
         else:
             eff = fit_efficiency(all_rows())
@@ -131,10 +133,10 @@ def main() -> None:
         return
     if not args.json:
         print("leave one source out\n" + HEADER)
-    result = {"leave_one_source_out": leave_one_source_out(args.json)}
+    result = {"leave_one_source_out": leave_one_source_out(args.json, fields)}
     if not args.json:
         print("\nleave one generation out\n" + HEADER)
-    result["leave_one_generation_out"] = leave_one_generation_out(args.json)
+    result["leave_one_generation_out"] = leave_one_generation_out(args.json, fields)
     print(json.dumps(result))
 
 

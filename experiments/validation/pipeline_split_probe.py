@@ -20,13 +20,14 @@ For each row the probe takes the model's own per-micro-batch time of one layer (
 layer and loss (`T_o`, the row evaluated again with an 8-token vocabulary), rebuilds the slowest stage
 under the recipe's split (an MTP layer priced as one more layer plus one more output layer), and moves the
 step time by micro-batches x the change of the slowest stage; the pipeline bubble is left as it is. The
-first stage's embedding lookup is taken as free.
+first stage's embedding lookup is taken as free. Prints each row, a line per family, then ONE JSON line.
 """
 
 from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 from pathlib import Path
 
 from analytical import evaluate, stack_designs
@@ -106,6 +107,7 @@ def probe() -> list[dict]:
 
 def main() -> None:
     results = probe()
+    families = {}
     for r in results:
         split = f"{r['error_split']:+7.1%}" if "error_split" in r else "      -"
         print(f"{r['id']:52s} {r['rule']:32s} {r['error']:+7.1%} -> {split}")
@@ -115,6 +117,8 @@ def main() -> None:
             before = sum(abs(r["error"]) for r in done) / len(done)
             after = sum(abs(r["error_split"]) for r in done) / len(done)
             print(f"{family}: {len(done)} rows, mean |error| {before:.1%} -> {after:.1%}")
+            families[family] = {"rows": len(done), "mean_abs_error": before, "mean_abs_error_split": after}
+    print(json.dumps({"rows": len(results), "families": families}))
 
 
 if __name__ == "__main__":

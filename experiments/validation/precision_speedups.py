@@ -7,9 +7,10 @@ in the same release, on the same GPUs and layout. The ratio of their step times 
 in training, with everything around the GEMMs (Transformer Engine's quantization kernels, fp8 all-gathers, the
 layers that stay in 16 bits) included. This prints, for every such pair, the measured speedup, the model's
 speedup for the same two rows and their ratio (model / measured: below 1, the model gives the narrow format
-too little), then the mean and the ratio's dependence on the model's size, and ends with ONE JSON line of those. It checks the narrow-format GEMM
-fraction (`Efficiency.narrow_gemm_peak_fraction`) against what training measures, apart from the rest of the
-model: a change to how narrow formats are priced should move these ratios toward 1, not only the mean error.
+too little), then the mean and the ratio's dependence on the model's size (and ends with ONE JSON line of those).
+It checks the narrow-format GEMM fraction (`Efficiency.narrow_gemm_peak_fraction`) against what training measures,
+apart from the rest of the model: a change to how narrow formats are priced should move these ratios toward 1, not
+only the mean error.
 """
 
 from __future__ import annotations

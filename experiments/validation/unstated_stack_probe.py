@@ -10,11 +10,13 @@ is left, so the reader's defaults (`deepflow.validation`: the stack's overlaps, 
 the kernels of the framework a source names, what the run having trained implies) do the typing. It prints
 the error with every column typed and with the stack left unstated, by source family; `--ablate` adds each
 stack column back alone and prints the error it buys. A column's absence is read exactly as an empty cell.
+Ends with ONE JSON line: the mean and largest |error| typed and unstated (and the mean with each column added back).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 from pathlib import Path
 
@@ -64,17 +66,25 @@ def main() -> None:
     stack = stack_columns(typed)
     unstated = typed.drop(columns=stack)
     print(f"modern_runs.csv, {len(typed)} rows; stack columns dropped ({len(stack)}): {', '.join(stack)}")
-    print(line("every column typed", *summary(typed)))
+    typed_summary, typed_families = summary(typed)
+    print(line("every column typed", typed_summary, typed_families))
     base_summary, base_families = summary(unstated)
     print(line("stack unstated", base_summary, base_families))
+    figures = lambda s: {k: s[k] for k in ("mape", "max_abs_error", "infeasible_rows")}  # noqa: E731
+    out = {"rows": len(typed), "stack_columns": stack, "typed": figures(typed_summary),
+           "unstated": figures(base_summary)}
     if args.ablate:
+        out["ablated_mape"] = {}
         for column in stack:
             try:
                 s, families = summary(unstated.assign(**{column: typed[column]}))
             except ConfigError as exc:  # a column that is valid only beside another (the reader names the pair)
                 print(f"+ {column:28s} not alone: {exc}")
+                out["ablated_mape"][column] = None
                 continue
             print(line(f"+ {column}", s, families) + f"  ({100 * (s['mape'] - base_summary['mape']):+.2f})")
+            out["ablated_mape"][column] = s["mape"]
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":
