@@ -55,7 +55,7 @@ Candidates:
   that term falls below the `screen`-th best total (the same choices, a fraction of the work);
 - otherwise (a space with continuous parameters, e.g. the chip splits of co-design, or a grid too
   large), with `mixed="candidates"` (default): a candidate set (`deepflow.strategies.candidates`:
-  `n_local` moves around the `centres` best feasible designs at step lengths from 0.01 to 0.3 of
+  `n_local` moves around the `centres` best feasible designs at step lengths from 0.003 to 0.3 of
   the unit cube, TuRBO's local search without its state, plus `n_global` Sobol points), all
   known-feasible and new; the same analytic screen keeps the `screen` best of those whose modelled
   probability of feasibility (the product over the constraint GPs) is at least `min_feasibility`

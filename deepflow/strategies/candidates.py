@@ -23,7 +23,7 @@ from deepflow.strategies.base import History, design_keys
 from deepflow.strategies.evolution import nondominated_rank
 from deepflow.strategies.space_grid import snap
 
-SCALES = (0.01, 0.03, 0.1, 0.3)  # step lengths (standard deviations on the unit cube) of the local moves
+SCALES = (0.003, 0.01, 0.03, 0.1, 0.3)  # step lengths (standard deviations on the unit cube) of the local moves
 
 
 def centre_rows(history: History, k: int) -> torch.Tensor:

@@ -102,6 +102,7 @@ def summarize(e: str, mine: dict, marks: list[int], budget: int, out: dict, reco
             out[f"{e}_{s}_median_best_at_{m}"] = median if math.isfinite(median) else None
             out[f"{e}_{s}_median_gap_at_{m}"] = median / reference - 1 if math.isfinite(median) else None
         out[f"{e}_{s}_median_wall_s"] = round(statistics.median(r["wall_s"] for r in rs), 1)
+        out[f"{e}_{s}_best_by_seed"] = [r["best"][-1] for r in rs]  # at the full budget, seed by seed (None: none feasible)
         line = ", ".join(f"{m}: {out[f'{e}_{s}_median_gap_at_{m}']:+.2%}" if out[f"{e}_{s}_median_gap_at_{m}"]
                          is not None else f"{m}: none feasible" for m in marks)
         print(f"  {s:9s} median gap to the best-known after {line} ({out[f'{e}_{s}_median_wall_s']} s a run)",
