@@ -154,7 +154,10 @@ LOGIC_NODES: dict[str, LogicNode] = _by_name(
 MEMORY_TECHS: dict[str, MemoryTech] = _by_name(
     MemoryTech(
         name="HBM2",
-        bw_bytes_per_s_per_stack=256e9,  # JEDEC JESD235A: 2.0 Gb/s/pin x 1024 bits (V100 runs 1.75: 225 GB/s)
+        # JEDEC JESD235B (press release 2018-12-17): HBM2's top bin 2.4 Gb/s/pin x 1024 bits = 307 GB/s, the
+        # speed of Samsung Aquabolt (2018); JESD235A's 2.0 Gb/s (256 GB/s) before it. V100 runs 1.75 (225 GB/s),
+        # A100 40GB 2.43 (1555 GB/s / 5 stacks), TPU v4 2.34 (1200 GB/s / 4 stacks, Jouppi et al. ISCA 2023)
+        bw_bytes_per_s_per_stack=307.2e9,
         capacity_bytes_per_stack=8 * _GIB,  # Samsung Aquabolt (2018): 8-high x 8 Gb (V100 32GB = 4 stacks)
         energy_j_per_bit=3.9e-12,  # O'Connor et al., MICRO 2017 "Fine-grained DRAM": HBM2 ~3.9 pJ/bit
         footprint_area_mm2=92.0,  # JEDEC/Samsung HBM2 KGSD outline 7.75 x 11.87 mm

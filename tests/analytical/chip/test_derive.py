@@ -24,6 +24,7 @@ from analytical.chip.spec import (
 from analytical.chip.technology import LOGIC_NODES
 from analytical.codes import DTYPE
 from analytical.design import DesignBatch
+from analytical.step.efficiency import DEFAULT_EFFICIENCY
 
 # The chips of conf/chip/a100-n7.yaml and h100-n4.yaml (tests/deepflow/commands/test_derive_command.py checks the
 # presets match): same splits for both, so H100 is a prediction.
@@ -40,6 +41,17 @@ H100 = ChipSpec(name="h100-n4", node="N4", memory="HBM3", scale_up_link="NVLink4
                 **SPLITS)
 # datasheets: dense fp16/bf16 TFLOP/s, HBM GB/s, HBM GiB (conf/hardware/a100-sxm-80gb.yaml, h100-sxm-80gb.yaml)
 DATASHEET = {"a100-n7": (312.0, 2039.0, 80.0), "h100-n4": (989.4, 3350.0, 80.0)}
+
+# The chip of conf/chip/tpu-v4-n7.yaml (test_derive_command.py checks the preset matches): TPU v4's technology and
+# budgets with its own splits; a unit is 2048 FLOP/clk (an A100 SM's), 1/16 of a 128 x 128 MXU.
+TPU_V4 = ChipSpec(name="tpu-v4-n7", node="N7", memory="HBM2", scale_up_link="ICI", scale_out_link="ICI",
+                  die_area_mm2=590.0, power_budget_w=192.0,
+                  area_compute_fraction=0.8, area_sram_fraction=0.1, area_other_fraction=0.1,
+                  power_compute_fraction=0.755, power_memory_fraction=0.195, power_network_fraction=0.05,
+                  shoreline_memory_fraction=0.6, shoreline_network_fraction=0.4,
+                  flops_per_cycle_per_unit=2048, fp8=False, scale_out_lanes=0, kernel_launch_us=1.0, tile_n=128)
+# conf/hardware/tpu-v4.yaml: peak bf16 TFLOP/s, HBM GB/s, HBM GiB, TDP W (Jouppi et al. ISCA 2023 / Cloud TPU v4 page)
+TPU_V4_PRESET = (275.0, 1200.0, 32.0, 192.0)
 
 
 @pytest.mark.parametrize("chip", [A100, H100], ids=lambda c: c.name)
@@ -60,7 +72,7 @@ def test_calibration_within_10_percent_of_the_datasheet(chip):
     assert 1.0e9 < float(derived.operating["clock_hz"][0]) < 2.5e9
 
 
-@pytest.mark.parametrize("chip", [A100, H100], ids=lambda c: c.name)
+@pytest.mark.parametrize("chip", [A100, H100, TPU_V4], ids=lambda c: c.name)
 def test_power_at_peak_fits_the_budget_and_usage_fits_the_die(chip):
     derived = derive_chip(chip)
     usage = {g: {k: float(v[0]) for k, v in parts.items()} for g, parts in derived.usage.items()}
@@ -73,6 +85,47 @@ def test_power_at_peak_fits_the_budget_and_usage_fits_the_die(chip):
     a = {k: float(v[0]) for k, v in derived.accelerator.items()}
     assert a["peak_fp16_flops_per_s"] * a["flop_energy_fp16_j"] == pytest.approx(usage["power_w"]["compute_dynamic"])
     assert a["static_power_w"] == pytest.approx(usage["power_w"]["static"])
+
+
+def test_tpu_v4_within_10_percent_of_its_preset_on_peak_hbm_bandwidth_and_power():
+    """TPU v4 rebuilt from its node, memory, links, die and power (conf/chip/tpu-v4-n7.yaml), nothing fitted to
+    it: peak bf16, HBM bandwidth and power within 10 % of the datasheet preset, 4 HBM2 stacks of 32 GiB."""
+    derived = derive_chip(TPU_V4)
+    assert int(derived.reason[0]) == Reason.OK
+    a = {k: float(v[0]) for k, v in derived.accelerator.items()}
+    tflops, hbm_gb_per_s, hbm_gib, tdp_w = TPU_V4_PRESET
+    assert a["peak_bf16_flops_per_s"] / 1e12 == pytest.approx(tflops, rel=0.10)
+    assert a["hbm_bw_bytes_per_s"] / 1e9 == pytest.approx(hbm_gb_per_s, rel=0.10)
+    assert a["tdp_w"] == pytest.approx(tdp_w, rel=0.10)
+    power_at_peak = sum(float(v[0]) for v in derived.usage["power_w"].values())
+    assert power_at_peak == pytest.approx(tdp_w, rel=0.10) and power_at_peak <= tdp_w * (1 + 1e-9)
+    assert int(derived.operating["hbm_stacks"][0]) == 4 and a["hbm_bytes"] / 2**30 == pytest.approx(hbm_gib)
+    assert a["peak_fp8_flops_per_s"] == 0.0  # no FP8 on TPU v4
+    # 8 MXUs of 128 x 128 (262,144 FLOP/clk) as 128 units of 2048, at a clock near TPU v4's 1.05 GHz
+    assert a["compute_units"] * TPU_V4.flops_per_cycle_per_unit == 8 * 128 * 128 * 2
+    assert 0.9e9 < float(derived.operating["clock_hz"][0]) < 1.1e9
+    node = LOGIC_NODES[TPU_V4.node]
+    low, high = supply_range_v(node.threshold_v, node.nominal_vdd_v)
+    assert low < float(derived.operating["vdd_v"][0]) < node.nominal_vdd_v  # power-limited below nominal
+    # 6 ICI links x 50 GB/s per direction, all scale-up (no NIC on the chip)
+    assert a["scale_up_bw_bytes_per_s"] / 1e9 == pytest.approx(300.0, rel=0.10)
+    assert a["scale_out_bw_bytes_per_s"] == 0.0
+
+
+def test_tpu_v4_with_the_mxu_as_unit_keeps_peak_but_starves_the_sram():
+    """Why conf/chip/tpu-v4-n7.yaml takes 2048 FLOP/clk units and not 8 MXUs of 32,768: the derivation's unit
+    area is per FLOP/clk (same peak either way) but its SRAM ports are per unit (A100's 47.4 B/clk a SM), so the
+    MXU as unit leaves 1/16 of the SRAM bandwidth: 0.37 TB/s, a tenth of what 128 x 128 GEMM tiles stream at the
+    GEMM main loop's rate (`Efficiency.gemm_peak_fraction` of peak), which the 2048 FLOP/clk units carry."""
+    sm, mxu = (derive_chip(dataclasses.replace(TPU_V4, flops_per_cycle_per_unit=f)) for f in (2048, 32768))
+    peak = [float(d.accelerator["peak_bf16_flops_per_s"][0]) for d in (sm, mxu)]
+    sram = [float(d.accelerator["sram_bw_bytes_per_s"][0]) for d in (sm, mxu)]
+    assert int(mxu.accelerator["compute_units"][0]) == 8
+    assert peak[1] == pytest.approx(peak[0], rel=1e-9)
+    assert sram[1] == pytest.approx(8 * DEFAULT_DERIVATION.sram_bytes_per_cycle_per_unit
+                                    * float(mxu.operating["clock_hz"][0]), rel=1e-9)
+    streamed = peak[1] * DEFAULT_EFFICIENCY.gemm_peak_fraction * (1 / 128 + 1 / 128)  # kernels.gemm_sram_bytes
+    assert sram[1] < 0.15 * streamed and streamed < sram[0]
 
 
 def test_a_derived_chip_is_an_accelerator_every_function_accepts(make_system, gpt3):

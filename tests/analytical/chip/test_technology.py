@@ -100,6 +100,16 @@ def test_memory_rows_match_a100_and_h100():
     assert 5 * MEMORY_TECHS["HBM2e"].capacity_bytes_per_stack == 80 * 2**30
 
 
+def test_hbm2_row_is_the_jesd235b_bin_that_tpu_v4_and_a100_40gb_run():
+    # JESD235B: 2.4 Gb/s x 1024 bits. TPU v4: 4 HBM2 stacks, 1,200 GB/s, 32 GiB (Jouppi et al. ISCA 2023);
+    # A100 40GB: 5 HBM2 stacks, 1,555 GB/s (datasheet). JESD235A's 2.0 Gb/s (256 GB/s) left TPU v4 15 % short.
+    hbm2 = MEMORY_TECHS["HBM2"]
+    assert hbm2.bw_bytes_per_s_per_stack == pytest.approx(2.4e9 * 1024 / 8)
+    assert 4 * hbm2.bw_bytes_per_s_per_stack == pytest.approx(1200e9, rel=0.03)
+    assert 5 * hbm2.bw_bytes_per_s_per_stack == pytest.approx(1555e9, rel=0.02)
+    assert 4 * hbm2.capacity_bytes_per_stack == 32 * 2**30
+
+
 def test_link_rates_rise_within_a_family():
     families: dict[str, list] = {}
     for link in LINK_TECHS.values():  # table order is generation order within a family

@@ -33,14 +33,32 @@ def call(capsys, *args: str) -> tuple[int, str, str]:
 
 @pytest.fixture(scope="module")
 def calibrated():
-    from tests.analytical.chip.test_derive import A100, H100
+    from tests.analytical.chip.test_derive import A100, H100, TPU_V4
 
-    return {"a100-n7": A100, "h100-n4": H100}
+    return {"a100-n7": A100, "h100-n4": H100, "tpu-v4-n7": TPU_V4}
 
 
-@pytest.mark.parametrize("name", ["a100-n7", "h100-n4"])
+@pytest.mark.parametrize("name", ["a100-n7", "h100-n4", "tpu-v4-n7"])
 def test_presets_are_the_calibrated_chips(name, calibrated):
     assert load_preset("chip", name) == calibrated[name]
+
+
+def test_derived_tpu_v4_reproduces_the_datasheet_preset_within_10_percent(capsys):
+    """`deepflow derive chip=tpu-v4-n7` against conf/hardware/tpu-v4.yaml itself: peak bf16, HBM bandwidth,
+    power (the derived TDP and the power at peak) each within 10 %."""
+    from tests.analytical.chip.test_derive import TPU_V4_PRESET
+
+    preset = load_preset("hardware", "tpu-v4")
+    assert (preset.peak_tflops_bf16, preset.hbm_bw_gb_per_s, preset.hbm_gib, preset.tdp_w) == TPU_V4_PRESET
+    status, stdout, _ = call(capsys, "derive", "chip=tpu-v4-n7", "output=json")
+    record = json.loads(stdout)
+    assert status == 0 and record["feasible"] is True
+    a = record["accelerator"]
+    assert a["peak_tflops_bf16"] == pytest.approx(preset.peak_tflops_bf16, rel=0.10)
+    assert a["hbm_bw_gb_per_s"] == pytest.approx(preset.hbm_bw_gb_per_s, rel=0.10)
+    assert a["tdp_w"] == pytest.approx(preset.tdp_w, rel=0.10)
+    assert sum(record["usage"]["power_w"].values()) == pytest.approx(preset.tdp_w, rel=0.10)
+    assert a["hbm_gib"] == pytest.approx(preset.hbm_gib)
 
 
 def test_every_number_in_a_chip_preset_has_a_source_comment():
