@@ -1,12 +1,59 @@
-"""The allowed values of the specs' categorical fields (`analytical.specs`), with what each one means.
+"""The allowed values of the specs' fields (`analytical.specs`, `analytical.chip`), with what each one means,
+and `SpecError`, the error that names a field holding anything else.
 
-Plain tuples of names, below every other module: `analytical.codes` numbers them for the tensors of a
-`DesignBatch`, the specs check a field against them, the CLI lists them in its errors.
+Plain tuples of names and the checks of a field against them, below every other module: `analytical.codes`
+numbers the names for the tensors of a `DesignBatch`, the specs (`analytical.specs`, the chip and technology
+tables of `analytical.chip`) check their fields here, the CLI lists the names in its errors.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from analytical.cnns import CNN_ARCHS  # noqa: F401  (the cnn model kind's networks, a choice like these)
+
+
+class SpecError(ValueError):
+    """A specification field holds a value outside its allowed set or range."""
+
+    def __init__(self, spec: str, field: str, value: Any, allowed: str):
+        self.spec, self.field, self.value, self.allowed = spec, field, value, allowed
+        super().__init__(f"{spec}.{field} = {value!r} is invalid: allowed {allowed}")
+
+
+def check_positive(spec: str, obj: Any, names: tuple[str, ...], allow_zero: bool = False) -> None:
+    """Each of `names` is a number > 0 (>= 0 with `allow_zero`)."""
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError(spec, name, value, "a number")
+        if value != value or value < 0 or (value == 0 and not allow_zero):
+            raise SpecError(spec, name, value, ">= 0" if allow_zero else "> 0")
+
+
+def check_int(spec: str, obj: Any, names: tuple[str, ...], minimum: int = 1) -> None:
+    """Each of `names` is an integer >= `minimum`."""
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise SpecError(spec, name, value, f"an integer >= {minimum}")
+
+
+def check_choice(spec: str, obj: Any, name: str, choices: tuple[str, ...]) -> None:
+    """Field `name` is one of `choices`."""
+    value = getattr(obj, name)
+    if value not in choices:
+        raise SpecError(spec, name, value, "one of " + ", ".join(choices))
+
+
+def check_bool(spec: str, obj: Any, names: tuple[str, ...], optional: bool = False) -> None:
+    """Each of `names` is a bool (or, `optional`, None: the stack's default, `MappingSpec.overlap`)."""
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, bool) and not (optional and value is None):
+            allowed = "true, false or null (the stack's default)" if optional else "true or false"
+            raise SpecError(spec, name, value, allowed)
+
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4")
 # the precisions whose GEMMs run in an 8- or 4-bit format with 16-bit activations between them (Transformer Engine's

@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 import torch
 
 from analytical.chip.technology import LINK_TECHS, LOGIC_NODES, MEMORY_TECHS
-from analytical.specs import SpecError
+from analytical.choices import SpecError
 
 DTYPE = torch.float64
 NODE_CODES = {name: i for i, name in enumerate(LOGIC_NODES)}
