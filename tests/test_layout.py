@@ -96,6 +96,21 @@ def test_the_circle_check_follows_imports_across_sub_packages():
     assert not any(top_level(t) != top_level(m) for m, targets in graph.items() for t in targets)
 
 
+# deepflow's floors, top down: an import from one of them may only point at a lower one (or stay inside its own)
+FLOORS = ("deepflow.commands", "deepflow.launch", "deepflow.run", "deepflow.scale")
+
+
+def test_deepflow_floors_import_only_downwards():
+    """The commands launch through Hydra (launch: hydra_app, sweep_runs), which runs the optimization (run), which
+    hands large batches to Ray (scale: executor, shards); none of them imports a floor above it."""
+    def floor(module: str) -> int | None:
+        return next((i for i, f in enumerate(FLOORS) if module == f or module.startswith(f + ".")), None)
+
+    up = [f"{m} -> {t}" for m, targets in edges(modules()).items() for t in targets
+          if floor(m) is not None and floor(t) is not None and floor(t) < floor(m)]
+    assert not up, up
+
+
 def test_the_circle_check_finds_a_circle():
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle({"a": {"b"}, "b": set()}) is None

@@ -59,7 +59,7 @@ def log_sample_run(space, path: Path, params: dict, metrics: dict, experiment: s
     an artifact; a shard directory is its path (the shards stay where they are: a sample of 1e8
     designs is no artifact) and its manifest. Both get space.json and, with `calibration` (a
     `deepflow.calibration.Calibration`), its file and sha256. `parent`: the multirun's parent run
-    (`deepflow.scale.sweep_runs.parent_of_job`), whose experiment the run joins as its child."""
+    (`deepflow.launch.sweep_runs.parent_of_job`), whose experiment the run joins as its child."""
     import mlflow
 
     from deepflow.scale.shards import MANIFEST
@@ -154,14 +154,14 @@ def check_jobs(jobs: list[list[str]]) -> None:
 
 
 def cmd_sample(argv: list[str]) -> int:
-    from deepflow.scale.hydra_app import launch
+    from deepflow.launch.hydra_app import launch
 
     return launch("sample", argv, check_jobs)
 
 
 def sample_task(cfg, overrides: list[str]) -> int:
-    """One Hydra job of `deepflow sample` (deepflow.scale.hydra_app): draw, evaluate, write, log."""
-    from deepflow.scale import sweep_runs
+    """One Hydra job of `deepflow sample` (deepflow.launch.hydra_app): draw, evaluate, write, log."""
+    from deepflow.launch import sweep_runs
     from deepflow.scale.executor import sample_in_memory, sample_to_shards
     from deepflow.scale.shards import BlockPlan
     from deepflow.tracking import quiet_mlflow_logs, ui_command
@@ -228,7 +228,7 @@ def sample_task(cfg, overrides: list[str]) -> int:
 
 
 def print_sweep(summaries: list[dict], parent_id: str, swept: list[str]):
-    """The end of a multirun of samples (deepflow.scale.sweep_runs): one row per job, printed; returned."""
+    """The end of a multirun of samples (deepflow.launch.sweep_runs): one row per job, printed; returned."""
     import pandas as pd
 
     from deepflow.run.summary import job_label

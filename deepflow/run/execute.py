@@ -229,7 +229,7 @@ def _warm_start(job: Job, store: RunStore, quiet: bool):
 def start_job(job: Job, client, parent: Optional[dict] = None, hydra_dir: Optional[str] = None,
               quiet: bool = False) -> dict[str, Any]:
     """A new MLflow run and local record for `job`, then the optimization. `parent`: the multirun's
-    parent run (`deepflow.scale.sweep_runs.parent_of_job`), whose experiment the run joins as its child;
+    parent run (`deepflow.launch.sweep_runs.parent_of_job`), whose experiment the run joins as its child;
     `hydra_dir`: the job's Hydra folder (config snapshot, log), tagged on the run."""
     experiment_id = parent["experiment_id"] if parent else experiment_id_for(client, job.experiment)
     tags = {"deepflow.command": "optimize", "deepflow.experiment": job.name,

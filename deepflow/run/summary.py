@@ -107,7 +107,7 @@ def print_summaries(summaries: list[dict[str, Any]], parent_id: Optional[str], t
 
 
 def print_sweep(summaries: list[dict[str, Any]], parent_id: str, swept: list[str]) -> pd.DataFrame:
-    """The end of a multirun (deepflow.scale.sweep_runs): its table of child runs, printed; returned."""
+    """The end of a multirun (deepflow.launch.sweep_runs): its table of child runs, printed; returned."""
     table = sweep_table(summaries, swept)
     print_summaries(summaries, parent_id, table)
     return table

@@ -242,7 +242,7 @@ def test_bad_experiment_from_the_shell_is_one_line_and_exit_2(tmp_path):
 
 
 def test_jobs_are_hydras_basic_sweeper_expansion_with_the_configs_declared_sweep_first():
-    from deepflow.scale.hydra_app import jobs_of
+    from deepflow.launch.hydra_app import jobs_of
 
     jobs, multirun = jobs_of("optimize", ["experiment=technology-sweep", "seed=0,1", "budget=3",
                                           "hydra/launcher=basic"], True)

@@ -15,7 +15,7 @@
 3. a config that declares its own sweep (`hydra.sweeper.params`, e.g. experiment=technology-sweep)
    runs as a multirun without `-m`.
 Then Hydra runs: one output folder per job with its `.hydra/` config snapshot and log, the launcher
-the config names, and the `deepflow.scale.sweep_runs.SweepParent` callback that opens one parent
+the config names, and the `deepflow.launch.sweep_runs.SweepParent` callback that opens one parent
 MLflow run per multirun. Each job calls the command's task (`TASKS`) with its composed config.
 """
 
@@ -147,7 +147,7 @@ def launch(config_name: str, argv: list[str], check: Callable[[list[list[str]]],
             print(f"the config declares a sweep (hydra.sweeper.params): {len(jobs)} jobs as a multirun",
                   file=sys.stderr, flush=True)
             argv = ["--multirun", *argv]
-    from deepflow.scale import sweep_runs
+    from deepflow.launch import sweep_runs
 
     del _codes[:]
     main = hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")(task)
