@@ -103,7 +103,8 @@ class OptimizationRun:
                                    "evaluations": len(frame), "feasible": int(frame["objective_feasible"].sum()),
                                    "objective": job.objective.name, "strategy": job.strategy_name, "seed": job.seed,
                                    "inner": job.inner, "overrides": job.overrides, "local_dir": str(d.resolve()),
-                                   "tracking_uri": job.uri, "output": str(job.cfg.output),
+                                   "tracking_uri": job.uri, "experiment_id": store.state().get("experiment_id"),
+                                   "output": str(job.cfg.output),
                                    "hydra_dir": store.state().get("hydra_dir")}
         if self.optimum:
             summary["optimum"] = self.optimum
