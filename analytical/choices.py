@@ -1,12 +1,98 @@
-"""The allowed values of the specs' categorical fields (`analytical.specs`), with what each one means.
+"""The allowed values of the specs' fields (`analytical.specs`, `analytical.chip`), with what each one means,
+and `SpecError`, the error that names a field holding anything else.
 
-Plain tuples of names, below every other module: `analytical.codes` numbers them for the tensors of a
-`DesignBatch`, the specs check a field against them, the CLI lists them in its errors.
+Plain tuples of names and the checks of a field against them, below every other module: `analytical.codes`
+numbers the names for the tensors of a `DesignBatch`, the specs (`analytical.specs`, the chip and technology
+tables of `analytical.chip`) check their fields here, the CLI lists the names in its errors.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from analytical.cnns import CNN_ARCHS  # noqa: F401  (the cnn model kind's networks, a choice like these)
+
+
+class SpecError(ValueError):
+    """A specification field holds a value outside its allowed set or range."""
+
+    def __init__(self, spec: str, field: str, value: Any, allowed: str):
+        self.spec, self.field, self.value, self.allowed = spec, field, value, allowed
+        super().__init__(f"{spec}.{field} = {value!r} is invalid: allowed {allowed}")
+
+
+def check_positive(spec: str, obj: Any, names: tuple[str, ...], allow_zero: bool = False) -> None:
+    """Each of `names` is a number > 0 (>= 0 with `allow_zero`)."""
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SpecError(spec, name, value, "a number")
+        if value != value or value < 0 or (value == 0 and not allow_zero):
+            raise SpecError(spec, name, value, ">= 0" if allow_zero else "> 0")
+
+
+# The largest counts a spec accepts: sizes beyond any buildable system or trainable model are a typo or a unit
+# slip, named like a negative size rather than evaluated into figures no system has (`system.num_devices=1e20`
+# once gave a static energy of 1.3e14 GJ a step).
+# Devices: 2**24 = 16,777,216. The largest training clusters built hold about 100k-200k GPUs (xAI Colossus,
+# 2024-25; Meta's 2 x 24k H100 clusters) and the largest announced about 1M: 2**24 is 16x that. It bounds every
+# count of devices: the system's, a node's, a scale-up domain's, each parallel degree and the parameter servers.
+MAX_DEVICES = 2**24
+DEVICE_COUNTS = ("num_devices", "devices_per_node", "scale_up_domain", "tp", "pp", "dp", "cp", "ep", "etp",
+                 "dp_shard", "ps_shards")
+# Every other integer size: 2**30 = 1,073,741,824: 10x the longest context claimed (100M tokens) and far above
+# the largest vocabulary (~256k), width (~25k), layer count (~126), expert count (~384) or global batch (tens of
+# thousands of sequences) trained; GEMM dimensions, images, tiles, jobs and layer counts of a mapping alike.
+MAX_SIZE = 2**30
+SIZE_COUNTS = ("compute_units", "tile_m", "tile_n", "num_layers", "hidden_size", "num_heads", "num_kv_heads",
+               "head_dim", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "v_head_dim", "ffn_hidden_size",
+               "vocab_size", "seq_length", "num_experts", "top_k", "moe_ffn_hidden_size", "num_shared_experts",
+               "moe_router_num_groups", "moe_router_group_topk", "window_size", "window_attn_skip_freq", "gemm_m",
+               "gemm_n", "gemm_k", "image_size", "num_classes", "vp", "micro_batch_size", "global_batch_size",
+               "offload_layers", "fused_jobs", "staleness", "recompute_layers", "flops_per_cycle_per_unit",
+               "scale_out_lanes")
+
+
+def count_limit(name: str) -> int:
+    """The largest value of integer field `name`: `MAX_DEVICES` for a count of devices, else `MAX_SIZE`."""
+    return MAX_DEVICES if name in DEVICE_COUNTS else MAX_SIZE
+
+
+def count_range(name: str, minimum: int = 1) -> str:
+    """The allowed values of integer field `name`, in words (the end of a SpecError's line)."""
+    return f"an integer from {minimum} to {count_limit(name):,} ({count_reason(name)})"
+
+
+def count_reason(name: str) -> str:
+    """Why `count_limit(name)` is the limit, in a few words."""
+    if count_limit(name) == MAX_DEVICES:
+        return "2**24: above any cluster built"
+    return "2**30: above any model or batch trained"
+
+
+def check_int(spec: str, obj: Any, names: tuple[str, ...], minimum: int = 1) -> None:
+    """Each of `names` is an integer from `minimum` to its `count_limit`."""
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= count_limit(name):
+            raise SpecError(spec, name, value, count_range(name, minimum))
+
+
+def check_choice(spec: str, obj: Any, name: str, choices: tuple[str, ...]) -> None:
+    """Field `name` is one of `choices`."""
+    value = getattr(obj, name)
+    if value not in choices:
+        raise SpecError(spec, name, value, "one of " + ", ".join(choices))
+
+
+def check_bool(spec: str, obj: Any, names: tuple[str, ...], optional: bool = False) -> None:
+    """Each of `names` is a bool (or, `optional`, None: the stack's default, `MappingSpec.overlap`)."""
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, bool) and not (optional and value is None):
+            allowed = "true, false or null (the stack's default)" if optional else "true or false"
+            raise SpecError(spec, name, value, allowed)
+
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "mxfp8", "nvfp4")
 # the precisions whose GEMMs run in an 8- or 4-bit format with 16-bit activations between them (Transformer Engine's

@@ -56,9 +56,10 @@ from analytical.build import single_design
 from analytical.codes import DTYPE, RECOMPUTE_CODES
 from analytical.design import DesignBatch
 from analytical.result import StepResult
-from analytical.specs import (ATTENTION_KERNELS, CUDA_GRAPHS, DP_MODES, ELEMENTWISE, EP_DISPATCHERS, MASTER_PARAMS,
-                              MEGATRON_RECOMPUTE, OPTIMIZER_STATE_DTYPES, PRECISIONS, RECOMPUTE, AcceleratorSpec,
-                              MappingSpec, ModelSpec, SpecError, SystemSpec, _check_choice)
+from analytical.choices import (ATTENTION_KERNELS, CUDA_GRAPHS, DP_MODES, ELEMENTWISE, EP_DISPATCHERS, MASTER_PARAMS,
+                                MEGATRON_RECOMPUTE, OPTIMIZER_STATE_DTYPES, PRECISIONS, RECOMPUTE, SpecError,
+                                check_choice)
+from analytical.specs import AcceleratorSpec, MappingSpec, ModelSpec, SystemSpec
 from analytical.stack import OVERLAP_KINDS, stack_overlaps
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.model import evaluate
@@ -141,7 +142,7 @@ class SearchOptions:
         for name, choices in (("ep_dispatcher", EP_DISPATCHERS), ("cuda_graph", CUDA_GRAPHS),
                               ("elementwise", ELEMENTWISE), ("attention_kernel", ATTENTION_KERNELS),
                               ("optimizer_state_dtype", OPTIMIZER_STATE_DTYPES), ("master_params", MASTER_PARAMS)):
-            _check_choice("search", self, name, choices)
+            check_choice("search", self, name, choices)
         if not self.recompute or not self.zero_stages:
             raise SpecError("search", "recompute/zero_stages", (), "at least one value")
         if self.overlap_ep_comm and set(self.recompute) == {"full"}:

@@ -40,6 +40,7 @@ import torch
 
 from analytical.chip.derive import DerivedChips, derive
 from analytical.chip.spec import CHIP_CATEGORY_CODES, CHIP_FIELDS, IMPLIED_FRACTIONS, ChipBatch, ChipSpec, stack_chips
+from analytical.choices import DEVICE_COUNTS, SIZE_COUNTS, count_limit, count_reason
 from analytical.codes import (CNN_ARCH_CODES, CUDA_GRAPH_CODES, DP_MODE_CODES, DTYPE, EP_DISPATCHER_CODES, FFN_CODES,
                               KIND_CODES, MASTER_PARAMS_CODES, OPTIMIZER_STATE_DTYPE_CODES, PRECISION_CODES,
                               RECOMPUTE_CODES, TOPOLOGY_CODES)
@@ -56,6 +57,7 @@ CATEGORY_CODES = {"precision": PRECISION_CODES, "recompute": RECOMPUTE_CODES, "t
                   "cuda_graph": CUDA_GRAPH_CODES, "cnn_arch": CNN_ARCH_CODES, "dp_mode": DP_MODE_CODES,
                   "optimizer_state_dtype": OPTIMIZER_STATE_DTYPE_CODES, "master_params": MASTER_PARAMS_CODES,
                   **CHIP_CATEGORY_CODES}
+SIZES = DEVICE_COUNTS + SIZE_COUNTS  # integer fields whose values are bounded (analytical.choices)
 # human units a config may give bounds in (`unit:`), converted to SI when parsed
 UNITS = {"TFLOP/s": 1e12, "TB/s": 1e12, "GB/s": 1e9, "Gbit/s": 1e9 / 8.0, "GiB": 2.0**30, "MiB": 2.0**20,
          "us": 1e-6}
@@ -96,9 +98,10 @@ class Parameter:
                     raise SpecError(where, "choices", choice, "one of " + ", ".join(codes))
                 if codes is None and (isinstance(choice, str) or not math.isfinite(float(choice))):
                     raise SpecError(where, "choices", choice, "numbers")
-            return self
+            return self._check_count(where, "choices", max(self.choices) if self.name in SIZES else 0)
         if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.low > self.high:
             raise SpecError(where, "low/high", (self.low, self.high), "finite numbers with low <= high")
+        self._check_count(where, "high", self.high)
         if (self.log or self.kind == "log2") and self.low <= 0:
             raise SpecError(where, "low", self.low, "> 0 for a log or log2 parameter")
         if self.kind == "log2":
@@ -107,6 +110,13 @@ class Parameter:
                     raise SpecError(where, "low/high", bound, "powers of two")
         if self.kind == "integer" and (self.low != int(self.low) or self.high != int(self.high)):
             raise SpecError(where, "low/high", (self.low, self.high), "integers")
+        return self
+
+    def _check_count(self, where: str, field: str, largest: float) -> "Parameter":
+        """A count of devices or a size (`analytical.choices.count_limit`) ranges up to its limit at most."""
+        if self.name in SIZES and largest > count_limit(self.name):
+            raise SpecError(where, field, largest, f"at most {count_limit(self.name):,} for {self.name} "
+                            f"({count_reason(self.name)})")
         return self
 
     @property

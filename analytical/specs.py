@@ -5,7 +5,8 @@ datasheets and in configs. `analytical.design.DesignBatch` converts them to SI t
 registered as Hydra structured-config schemas by `deepflow.config`, so a typo or a wrong type in a YAML preset fails
 when the config is loaded.
 
-Every spec has `validate()`, which raises `SpecError` naming the field and the allowed values. Validation is about
+Every spec has `validate()`, which raises `SpecError` (defined in `analytical.choices`, below the technology
+tables that raise it too; imported from here as well) naming the field and the allowed values. Validation is about
 *bad input* (a negative size, an unknown category). Whether a valid design can run (memory, divisibility of the
 mapping) is a feasibility answer, not an error: see `analytical.step.feasibility`.
 """
@@ -13,52 +14,14 @@ mapping) is a feasibility answer, not an error: see `analytical.step.feasibility
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
+from analytical.chip.technology import LINK_TECHS, LOGIC_NODES, MEMORY_TECHS
 from analytical.choices import (ATTENTION_KERNELS, CNN_ARCHS, CUDA_GRAPHS, DP_MODES, ELEMENTWISE,  # noqa: F401
                                EP_DISPATCHERS, FFN_TYPES, MASTER_PARAMS, MEGATRON_RECOMPUTE, MODEL_KINDS,
                                OPTIMIZER_STATE_DTYPES, PEAK_FORMATS, PRECISION_FORMAT, PRECISIONS, RECOMPUTE,
-                               TOPOLOGIES)
+                               TOPOLOGIES, SpecError, check_bool, check_choice, check_int, check_positive)
 from analytical.stack import OVERLAP_KINDS, stack_overlap
-
-
-class SpecError(ValueError):
-    """A specification field holds a value outside its allowed set or range."""
-
-    def __init__(self, spec: str, field: str, value: Any, allowed: str):
-        self.spec, self.field, self.value, self.allowed = spec, field, value, allowed
-        super().__init__(f"{spec}.{field} = {value!r} is invalid: allowed {allowed}")
-
-
-def _check_positive(spec: str, obj: Any, names: tuple[str, ...], allow_zero: bool = False) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise SpecError(spec, name, value, "a number")
-        if value != value or value < 0 or (value == 0 and not allow_zero):
-            raise SpecError(spec, name, value, ">= 0" if allow_zero else "> 0")
-
-
-def _check_int(spec: str, obj: Any, names: tuple[str, ...], minimum: int = 1) -> None:
-    for name in names:
-        value = getattr(obj, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise SpecError(spec, name, value, f"an integer >= {minimum}")
-
-
-def _check_choice(spec: str, obj: Any, name: str, choices: tuple[str, ...]) -> None:
-    value = getattr(obj, name)
-    if value not in choices:
-        raise SpecError(spec, name, value, "one of " + ", ".join(choices))
-
-
-def _check_bool(spec: str, obj: Any, names: tuple[str, ...], optional: bool = False) -> None:
-    """Each of `names` is a bool (or, `optional`, None: the stack's default, `MappingSpec.overlap`)."""
-    for name in names:
-        value = getattr(obj, name)
-        if not isinstance(value, bool) and not (optional and value is None):
-            allowed = "true, false or null (the stack's default)" if optional else "true or false"
-            raise SpecError(spec, name, value, allowed)
 
 
 @dataclass
@@ -107,8 +70,6 @@ class AcceleratorSpec:
 
     def validate(self) -> "AcceleratorSpec":
         spec = f"hardware[{self.name}]"
-        from analytical.chip.technology import LINK_TECHS, LOGIC_NODES, MEMORY_TECHS  # technology imports specs
-
         for name, table in (("logic_node", LOGIC_NODES), ("memory_technology", MEMORY_TECHS),
                             ("scale_up_link", LINK_TECHS), ("scale_out_link", LINK_TECHS)):
             value = getattr(self, name)
@@ -116,14 +77,14 @@ class AcceleratorSpec:
                 raise SpecError(spec, name, value, "one of " + ", ".join(table))
         for name in ("static_power_w", "power_limit_w", "nominal_tdp_w", "nominal_peak_tflops_bf16"):
             if getattr(self, name) is not None:
-                _check_positive(spec, self, (name,), allow_zero=name == "static_power_w")
+                check_positive(spec, self, (name,), allow_zero=name == "static_power_w")
         peaks = tuple(f"peak_tflops_{f}" for f in PEAK_FORMATS)
-        _check_positive(spec, self, peaks + ("kernel_launch_us", "tdp_w", "scale_out_gbit_per_s",
+        check_positive(spec, self, peaks + ("kernel_launch_us", "tdp_w", "scale_out_gbit_per_s",
                                              "peak_tera_exp_per_s"), allow_zero=True)
-        _check_positive(spec, self, ("sram_mib", "sram_bw_tb_per_s", "hbm_gib", "hbm_bw_gb_per_s",
+        check_positive(spec, self, ("sram_mib", "sram_bw_tb_per_s", "hbm_gib", "hbm_bw_gb_per_s",
                                      "scale_up_bw_gb_per_s"))
-        _check_int(spec, self, ("compute_units", "tile_m", "tile_n"))
-        _check_int(spec, self, ("scale_up_domain",), minimum=0)
+        check_int(spec, self, ("compute_units", "tile_m", "tile_n"))
+        check_int(spec, self, ("scale_up_domain",), minimum=0)
         if max(getattr(self, name) for name in peaks) <= 0:
             raise SpecError(spec, "peak_tflops_*", 0, "at least one precision with a peak > 0")
         rating = (self.nominal_tdp_w, self.nominal_peak_tflops_bf16)
@@ -160,17 +121,17 @@ class SystemSpec:
 
     def validate(self) -> "SystemSpec":
         spec = f"system[{self.name}]"
-        _check_int(spec, self, ("num_devices", "devices_per_node", "scale_up_domain"))
-        _check_choice(spec, self, "topology", TOPOLOGIES)
-        _check_positive(spec, self, ("scale_up_latency_us", "scale_out_latency_us", "host_link_gb_per_s"),
+        check_int(spec, self, ("num_devices", "devices_per_node", "scale_up_domain"))
+        check_choice(spec, self, "topology", TOPOLOGIES)
+        check_positive(spec, self, ("scale_up_latency_us", "scale_out_latency_us", "host_link_gb_per_s"),
                         allow_zero=True)
-        _check_positive(spec, self, ("oversubscription",))
+        check_positive(spec, self, ("oversubscription",))
         if self.oversubscription < 1:
             raise SpecError(spec, "oversubscription", self.oversubscription, ">= 1")
         if self.scale_out_gbit_per_device is not None:
-            _check_positive(spec, self, ("scale_out_gbit_per_device",))
-        _check_positive(spec, self, ("ps_server_gbit",))
-        _check_positive(spec, self, ("ps_server_sum_gb_per_s", "straggler_cv"), allow_zero=True)
+            check_positive(spec, self, ("scale_out_gbit_per_device",))
+        check_positive(spec, self, ("ps_server_gbit",))
+        check_positive(spec, self, ("ps_server_sum_gb_per_s", "straggler_cv"), allow_zero=True)
         if self.scale_up_domain < self.devices_per_node and self.topology != "torus":
             raise SpecError(spec, "scale_up_domain", self.scale_up_domain,
                             f">= devices_per_node ({self.devices_per_node})")
@@ -247,22 +208,22 @@ class ModelSpec:
 
     def validate(self) -> "ModelSpec":
         spec = f"model[{self.name}]"
-        _check_choice(spec, self, "kind", MODEL_KINDS)
-        _check_choice(spec, self, "ffn_type", FFN_TYPES)
-        _check_int(spec, self, ("num_layers", "hidden_size", "num_heads", "vocab_size", "seq_length",
+        check_choice(spec, self, "kind", MODEL_KINDS)
+        check_choice(spec, self, "ffn_type", FFN_TYPES)
+        check_int(spec, self, ("num_layers", "hidden_size", "num_heads", "vocab_size", "seq_length",
                                 "num_experts", "top_k", "gemm_m", "gemm_n", "gemm_k"))
         if self.num_kv_heads is not None:
-            _check_int(spec, self, ("num_kv_heads",))
+            check_int(spec, self, ("num_kv_heads",))
         if self.ffn_hidden_size is not None:
-            _check_int(spec, self, ("ffn_hidden_size",))
+            check_int(spec, self, ("ffn_hidden_size",))
         if self.moe_ffn_hidden_size is not None:
-            _check_int(spec, self, ("moe_ffn_hidden_size",))
-        _check_int(spec, self, ("num_shared_experts",), minimum=0)
+            check_int(spec, self, ("moe_ffn_hidden_size",))
+        check_int(spec, self, ("num_shared_experts",), minimum=0)
         if self.head_dim is not None:
-            _check_int(spec, self, ("head_dim",))
-        _check_int(spec, self, ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim"), minimum=0)
+            check_int(spec, self, ("head_dim",))
+        check_int(spec, self, ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim"), minimum=0)
         if self.v_head_dim is not None:
-            _check_int(spec, self, ("v_head_dim",))
+            check_int(spec, self, ("v_head_dim",))
         if self.kv_lora_rank == 0:
             for name in ("q_lora_rank", "qk_rope_head_dim", "v_head_dim"):
                 if getattr(self, name):
@@ -281,20 +242,20 @@ class ModelSpec:
                                 f"a divisor of num_heads ({self.num_heads})")
         if self.top_k > self.num_experts:
             raise SpecError(spec, "top_k", self.top_k, f"<= num_experts ({self.num_experts})")
-        _check_int(spec, self, ("image_size", "num_classes"))
+        check_int(spec, self, ("image_size", "num_classes"))
         if self.kind == "cnn":
-            _check_choice(spec, self, "cnn_arch", CNN_ARCHS)
+            check_choice(spec, self, "cnn_arch", CNN_ARCHS)
             if self.seq_length != 1 or self.num_layers != 1:
                 field = "seq_length" if self.seq_length != 1 else "num_layers"
                 raise SpecError(spec, field, getattr(self, field),
                                 "1 for kind cnn (a network is one layer table; an image is one token)")
         elif self.cnn_arch is not None:
             raise SpecError(spec, "cnn_arch", self.cnn_arch, "null unless kind is cnn")
-        _check_int(spec, self, ("moe_router_num_groups", "moe_router_group_topk"))
-        _check_int(spec, self, ("window_size", "window_attn_skip_freq"), minimum=0)
-        _check_positive(spec, self, ("activation_clamp",), allow_zero=True)
-        _check_positive(spec, self, ("rope_mscale",))
-        _check_bool(spec, self, ("linear_bias",))
+        check_int(spec, self, ("moe_router_num_groups", "moe_router_group_topk"))
+        check_int(spec, self, ("window_size", "window_attn_skip_freq"), minimum=0)
+        check_positive(spec, self, ("activation_clamp",), allow_zero=True)
+        check_positive(spec, self, ("rope_mscale",))
+        check_bool(spec, self, ("linear_bias",))
         if self.num_experts % self.moe_router_num_groups:
             raise SpecError(spec, "moe_router_num_groups", self.moe_router_num_groups,
                             f"a divisor of num_experts ({self.num_experts})")
@@ -405,10 +366,10 @@ class MappingSpec:
 
     def validate(self) -> "MappingSpec":
         spec = f"mapping[{self.name}]"
-        _check_int(spec, self, ("tp", "pp", "cp", "ep", "vp", "micro_batch_size", "global_batch_size", "fused_jobs"))
+        check_int(spec, self, ("tp", "pp", "cp", "ep", "vp", "micro_batch_size", "global_batch_size", "fused_jobs"))
         if self.dp is not None:
-            _check_int(spec, self, ("dp",))
-        _check_int(spec, self, ("zero_stage", "offload_layers", "recompute_layers", "etp", "dp_shard"), minimum=0)
+            check_int(spec, self, ("dp",))
+        check_int(spec, self, ("zero_stage", "offload_layers", "recompute_layers", "etp", "dp_shard"), minimum=0)
         if self.recompute_layers and self.recompute != "full":
             raise SpecError(spec, "recompute_layers", self.recompute_layers, "0 unless recompute is full")
         if self.zero_stage > 3:
@@ -419,20 +380,20 @@ class MappingSpec:
                               ("cuda_graph", CUDA_GRAPHS), ("dp_mode", DP_MODES), ("elementwise", ELEMENTWISE),
                               ("attention_kernel", ATTENTION_KERNELS),
                               ("optimizer_state_dtype", OPTIMIZER_STATE_DTYPES), ("master_params", MASTER_PARAMS)):
-            _check_choice(spec, self, name, choices)
+            check_choice(spec, self, name, choices)
         if self.master_params != "fp32" and self.precision in ("fp32", "tf32"):
             raise SpecError(spec, "master_params", self.master_params,
                             "fp32 unless precision is 16-bit or narrower (fp32 / tf32 training steps its own weights)")
-        _check_int(spec, self, ("ps_shards", "staleness"), minimum=0)
-        _check_positive(spec, self, ("moe_capacity_factor",), allow_zero=True)
+        check_int(spec, self, ("ps_shards", "staleness"), minimum=0)
+        check_positive(spec, self, ("moe_capacity_factor",), allow_zero=True)
         if self.moe_pad_to_capacity and (self.moe_capacity_factor == 0 or self.ep_dispatcher == "deepep"):
             raise SpecError(spec, "moe_pad_to_capacity", self.moe_pad_to_capacity,
                             "false unless moe_capacity_factor > 0 and ep_dispatcher is not deepep")
         if self.staleness and self.dp_mode != "ps_sync":
             raise SpecError(spec, "staleness", self.staleness,
                             "0 unless dp_mode is ps_sync (ps_async has no bound, allreduce no slack)")
-        _check_bool(spec, self, tuple(OVERLAP_KINDS.values()), optional=True)
-        _check_bool(spec, self, ("sequence_parallel", "fsdp", "distributed_optimizer", "flash_attention",
+        check_bool(spec, self, tuple(OVERLAP_KINDS.values()), optional=True)
+        check_bool(spec, self, ("sequence_parallel", "fsdp", "distributed_optimizer", "flash_attention",
                                  "overlap_ep_comm", "fused_cross_entropy", "grad_reduce_in_fp32", "fp8_param_gather",
                                  "fp8_attention", "fused_expert_mlp", "moe_pad_to_capacity", "sp_keeps_gathered_input"))
         if self.overlap_ep_comm and self.recompute == "full":

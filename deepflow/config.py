@@ -31,8 +31,6 @@ def _explain(exc: Exception, overrides: list[str], config_name: str) -> str:
     if hydra_group:
         group, name = hydra_group.groups()
         if group == "hydra/launcher":
-            from deepflow.scale.hydra_app import launcher_help
-
             return launcher_help(name)
         return f"{group}={name!r} is not a known option: allowed {', '.join(hydra_group_options(group))}"
     missing = re.search(r"Could not find '(\w+)/([^']+)'", text)
@@ -77,6 +75,21 @@ def hydra_group_options(group: str) -> list[str]:
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return sorted(GlobalHydra.instance().config_loader().get_group_options(group))
+
+
+# the launchers deepflow's extras install, and the extra that installs each
+LAUNCHER_EXTRAS = {"joblib": "joblib", "ray": "ray", "submitit_local": "slurm", "submitit_slurm": "slurm"}
+
+
+def launcher_help(name: str) -> str:
+    """The line that says how to get launcher `name`, and which launchers this machine has."""
+    installed = hydra_group_options("hydra/launcher")
+    known = sorted(set(installed) | set(LAUNCHER_EXTRAS))
+    if name in LAUNCHER_EXTRAS:
+        return (f"hydra/launcher={name!r} is not installed: pip install -e \".[{LAUNCHER_EXTRAS[name]}]\" "
+                f"(installed: {', '.join(installed)})")
+    return f"hydra/launcher={name!r} is not a known launcher: allowed {', '.join(known)} (installed: " \
+           f"{', '.join(installed)})"
 
 
 def compose_config(overrides: list[str], config_name: str = "config", return_hydra_config: bool = False) -> DictConfig:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from analytical.codes import (
     ATTENTION_KERNEL_CODES,
@@ -234,25 +235,66 @@ def split_design(overrides: list[str]) -> tuple[Optional[str], list[str]]:
     return (paths[0] if paths else None), rest
 
 
+DESIGN_HELP = "a design YAML (e.g. the best_design.yaml of a deepflow optimize run)"
+
+
+def read_design_file(path: str, other_keys: Iterable[str] = ()) -> DictConfig:
+    """The top level of the design file at `path`: sections named for config groups (`GROUP_SPECS`),
+    each a mapping of its fields, and maybe other keys of the command's config (`other_keys`); else a
+    ConfigError that names what is wrong with the file and never quotes it (a path given by mistake
+    may be any file: its lines, keys and values stay out of the message)."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"design={path!r}: no such file: allowed {DESIGN_HELP}")
+    not_design = f"design={path!r} is not a design file"
+    sections = ", ".join(GROUP_SPECS)
+    try:
+        text = file.read_text()
+        raw = yaml.safe_load(text)
+        loaded = OmegaConf.load(file) if isinstance(raw, dict) else None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{not_design}: it is not text: allowed {DESIGN_HELP}") from None
+    except yaml.YAMLError as exc:  # its message may quote the file (an alias, a duplicate key): where only
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f" (the parser stops at line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ConfigError(f"{not_design}: it is not valid YAML{where}: allowed {DESIGN_HELP}") from None
+    except (OmegaConfBaseException, ValueError, TypeError):  # keys or values a config cannot hold
+        raise ConfigError(f"{not_design}: its YAML mapping is not a config: allowed {DESIGN_HELP}") from None
+    if loaded is None:
+        kind = {list: "a list", type(None): "nothing"}.get(type(raw), "one value")
+        raise ConfigError(f"{not_design}: it holds {kind}, not a YAML mapping of the sections {sections}")
+    keys = [str(k) for k in loaded]
+    unknown = [i for i, k in enumerate(keys) if k not in GROUP_SPECS and k not in other_keys]
+    if not any(k in GROUP_SPECS for k in keys):
+        raise ConfigError(f"{not_design}: none of its {len(keys)} top-level keys is a section: allowed {sections}")
+    if unknown:
+        lines = _key_lines(text)
+        at = (f" (line{'s' if len(unknown) > 1 else ''} {', '.join(str(lines[i]) for i in unknown)})"
+              if len(lines) == len(keys) else "")
+        raise ConfigError(f"design={path!r} has {len(unknown)} top-level key(s) that are no section{at}: "
+                          f"allowed {sections}")
+    for key in (k for k in keys if k in GROUP_SPECS):
+        if not isinstance(loaded[key], DictConfig) and not (key == "chip" and loaded[key] is None):
+            raise ConfigError(f"design={path!r}: section {key} is not a mapping of {key} fields (field: value "
+                              f"lines indented under `{key}:`)")
+    return loaded
+
+
+def _key_lines(text: str) -> list[int]:
+    """The line (from 1) of each top-level key of the YAML mapping `text`, in order."""
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return []
+    return [key.start_mark.line + 1 for key, _ in node.value] if isinstance(node, yaml.MappingNode) else []
+
+
 def apply_design_file(cfg: DictConfig, path: str, overrides: list[str]) -> DictConfig:
     """`cfg` with the sections of the design file at `path` in place of its groups; the
     `group.field=value` overrides among `overrides` are applied again on top."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"design={path!r}: no such file: allowed a design YAML (e.g. the best_design.yaml "
-                          f"of a deepflow optimize run)")
-    try:
-        loaded = OmegaConf.load(file)
-    except yaml.YAMLError as exc:  # a file that is not YAML: the parser's first line says where
-        raise ConfigError(f"design={path!r} is not valid YAML ({str(exc).splitlines()[0]}): allowed a design "
-                          f"YAML (e.g. the best_design.yaml of a deepflow optimize run)") from None
-    if not isinstance(loaded, DictConfig):
-        raise ConfigError(f"design={path!r} holds a {type(loaded).__name__}: allowed a mapping of config groups")
-    unknown = [k for k in loaded if k not in cfg and k not in GROUP_SPECS]  # chip: an optional group
-    if unknown:
-        raise ConfigError(f"design={path!r} has sections {unknown}: allowed {', '.join(GROUP_SPECS)}")
+    loaded = read_design_file(path, other_keys=list(cfg))
     with open_dict(cfg):
         for key in loaded:
             cfg[key] = loaded[key]

@@ -1,4 +1,5 @@
-"""Where MLflow runs go: the tracking URI of a config, a check that it answers, and the UI command.
+"""Where MLflow runs go: the tracking URI of a config, a check that it answers, the UI command, and the
+links that open a run's charts in the UI (`run_url`, `experiment_url`).
 
 The default store is a sqlite file in the working directory (`sqlite:///<cwd>/mlflow.db`, MLflow's
 own default since 3.7, made absolute so that the printed `mlflow ui` command works from anywhere).
@@ -83,6 +84,42 @@ def ui_command(uri: str) -> str:
     if scheme in ("http", "https"):
         return f"open {uri} in a browser (the mlflow server there serves the UI)"
     return f"mlflow ui --backend-store-uri {uri}"
+
+
+# Where the UI of a local store is once `mlflow ui --backend-store-uri <store>` runs: its default host and port.
+LOCAL_UI = "http://127.0.0.1:5000"
+# MLflow 3's UI shows an experiment's pages in one of two views, "GenAI apps & agents" (its "Evaluation runs",
+# no metric charts) or "Model training", and opens a link without a view in the last one the browser used
+# (GenAI on a fresh browser). The query parameter `workflowType` of the page's hash route picks the view:
+# `#/experiments/1/runs/<run>?workflowType=machine_learning` (its values: the UI's WorkflowType enum, genai and
+# machine_learning, read by react-router's useSearchParams from the part of the hash after `?`; MLflow 3.17).
+WORKFLOW_QUERY = "workflowType=machine_learning"
+
+
+def ui_address(uri: str) -> str:
+    """The address of the MLflow UI that shows the store at `uri`: an http(s) tracking server serves its own;
+    a local store's is `mlflow ui`'s default (`LOCAL_UI`), where `ui_command(uri)` starts it."""
+    return uri.rstrip("/") if urlparse(uri).scheme in ("http", "https") else LOCAL_UI
+
+
+def run_url(uri: str, experiment_id: str, run_id: str) -> str:
+    """The link that opens run `run_id` (experiment `experiment_id`) of the store at `uri` on its metric charts
+    (the run page's "Model metrics" tab), in MLflow 3's Model training view rather than its GenAI one."""
+    return f"{ui_address(uri)}/#/experiments/{experiment_id}/runs/{run_id}/model-metrics?{WORKFLOW_QUERY}"
+
+
+def experiment_url(uri: str, experiment_id: str) -> str:
+    """The link that opens the runs of experiment `experiment_id` charted side by side (a sweep's child runs),
+    in MLflow 3's Model training view."""
+    return f"{ui_address(uri)}/#/experiments/{experiment_id}/runs?{WORKFLOW_QUERY}&compareRunsMode=CHART"
+
+
+def ui_hint(uri: str, url: str) -> str:
+    """How a person opens `url` (a `run_url` or `experiment_url`) of the store at `uri`: the link itself on a
+    tracking server; for a local store, the command that starts its UI, then the link."""
+    if urlparse(uri).scheme in ("http", "https"):
+        return url
+    return f"{ui_command(uri)}, then open {url}"
 
 
 # MLflow 3's UI opens an experiment as GenAI ("Evaluation runs", traces) or as classic model

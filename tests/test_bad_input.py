@@ -64,6 +64,13 @@ CASES = [
     (["evaluate", "hardware.hbm_gib=lots"], "hardware.hbm_gib"),
     (["evaluate", "hardware.tdp_w=-100"], "hardware.tdp_w"),
     (["evaluate", "system.num_devices=-8"], "system.num_devices"),
+    # sizes beyond any buildable system: named like a negative one (analytical.choices.MAX_DEVICES, MAX_SIZE)
+    (["evaluate", "system.num_devices=99999999999999999999"],
+     "system.num_devices = 99999999999999999999 is invalid: allowed an integer from 1 to 16,777,216"),
+    (["evaluate", "system.devices_per_node=16777217"], "system.devices_per_node"),
+    (["evaluate", "mapping.tp=33554432"], "mapping.tp"),
+    (["evaluate", "mapping.global_batch_size=2000000000"], "mapping.global_batch_size"),
+    (["evaluate", "model.num_layers=99999999999999999999"], "model.num_layers"),
     (["evaluate", "system.topology=ring-of-rings"], "system.topology"),
     (["evaluate", "output=xml"], "output='xml' is invalid"),
     (["evaluate", "design=/nonexistent/design.yaml"], "design"),

@@ -1,4 +1,5 @@
-"""The layout tells the architecture: no import circle inside a package (imports inside functions
+"""The layout tells the architecture: no import circle inside a top-level package (analytical, deepflow,
+surrogates: any module to any module of the same one, across its sub-packages; imports inside functions
 count: a lazy import only hides a circle), every imported name exists where it is imported from, at
 most 12 modules in a package folder, no module over 450 lines."""
 
@@ -35,20 +36,20 @@ def imports_of(path: Path) -> list[tuple[str, list[str]]]:
     return out
 
 
-def package_of(module: str, mods: dict[str, Path]) -> str:
-    return module if mods[module].name == "__init__.py" else module.rpartition(".")[0]
+def top_level(module: str) -> str:
+    return module.partition(".")[0]
 
 
 def edges(mods: dict[str, Path]) -> dict[str, set[str]]:
-    """module -> the modules of the SAME package folder it imports (`from pkg import mod` and
-    `from pkg import name` of the package's __init__ count)."""
+    """module -> the modules of the SAME top-level package it imports, in any of its folders
+    (`from pkg import mod` and `from pkg import name` of the package's __init__ count; the parent
+    packages Python imports on the way to a module do not: only what the code names)."""
     graph = {m: set() for m in mods}
     for module, path in mods.items():
-        home = package_of(module, mods)
         for target, names in imports_of(path):
             candidates = [target] + [f"{target}.{n}" for n in names]
             for c in candidates:
-                if c in mods and c != module and package_of(c, mods) == home and not (
+                if c in mods and c != module and top_level(c) == top_level(module) and not (
                         mods[c].name == "__init__.py" and c == target and any(f"{target}.{n}" in mods for n in names)):
                     graph[module].add(c)
     return graph
@@ -80,9 +81,34 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_no_import_circle_inside_a_package():
+def test_no_import_circle_inside_a_top_level_package():
     found = cycle(edges(modules()))
     assert found is None, " -> ".join(found)
+
+
+def test_the_circle_check_follows_imports_across_sub_packages():
+    """An import from one folder into another of the same package is an edge (analytical/specs.py ->
+    analytical/chip/technology.py -> analytical/specs.py went unseen while only one folder counted),
+    and so is one inside a function; another top-level package's never is."""
+    graph = edges(modules())
+    assert "analytical.chip.technology" in graph["analytical.specs"]
+    assert "deepflow.scale.executor" in graph["deepflow.run.job"]  # imported inside a function
+    assert not any(top_level(t) != top_level(m) for m, targets in graph.items() for t in targets)
+
+
+# deepflow's floors, top down: an import from one of them may only point at a lower one (or stay inside its own)
+FLOORS = ("deepflow.commands", "deepflow.launch", "deepflow.run", "deepflow.scale")
+
+
+def test_deepflow_floors_import_only_downwards():
+    """The commands launch through Hydra (launch: hydra_app, sweep_runs), which runs the optimization (run), which
+    hands large batches to Ray (scale: executor, shards); none of them imports a floor above it."""
+    def floor(module: str) -> int | None:
+        return next((i for i, f in enumerate(FLOORS) if module == f or module.startswith(f + ".")), None)
+
+    up = [f"{m} -> {t}" for m, targets in edges(modules()).items() for t in targets
+          if floor(m) is not None and floor(t) is not None and floor(t) < floor(m)]
+    assert not up, up
 
 
 def test_the_circle_check_finds_a_circle():

@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 import torch
 
 from analytical.chip.technology import LINK_TECHS, LOGIC_NODES, MEMORY_TECHS
-from analytical.specs import SpecError
+from analytical.choices import SpecError, check_int
 
 DTYPE = torch.float64
 NODE_CODES = {name: i for i, name in enumerate(LOGIC_NODES)}
@@ -101,11 +101,8 @@ class ChipSpec:
                     or not low - 1e-9 <= self.vdd_v <= high + 1e-9:
                 raise SpecError(spec, "vdd_v", self.vdd_v, f"None or a supply in [{low:.3f}, {high:.3f}] V for "
                                                           f"{self.node}")
-        for field, minimum in (("flops_per_cycle_per_unit", 1), ("scale_out_lanes", 0), ("tile_m", 1),
-                               ("tile_n", 1)):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-                raise SpecError(spec, field, value, f"an integer >= {minimum}")
+        check_int(spec, self, ("flops_per_cycle_per_unit", "tile_m", "tile_n"))
+        check_int(spec, self, ("scale_out_lanes",), minimum=0)
         if not isinstance(self.fp8, bool):
             raise SpecError(spec, "fp8", self.fp8, "true or false")
         return self

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from analytical.specs import SpecError
+from analytical.choices import SpecError
 
 
 def _check_fields(spec: str, obj: object) -> None:

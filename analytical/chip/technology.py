@@ -27,7 +27,7 @@ import dataclasses
 import math
 
 from analytical.chip.tech_types import LinkTech, LogicNode, MemoryTech
-from analytical.specs import SpecError
+from analytical.choices import SpecError
 
 _GIB = 1 << 30  # DRAM capacities are binary: a "16 GB" HBM stack is 8 dies x 16 Gibit = 16 GiB
 

@@ -5,7 +5,7 @@
     deepflow best-mapping -m system.num_devices=512,1024 hydra/launcher=ray                 # ... as Ray tasks
 
 One system is searched here (exhaustively, in one batched evaluation). With `-m` the command is a
-Hydra multirun (`deepflow.scale.hydra_app`, config conf/best_mapping.yaml): one search a job, on
+Hydra multirun (`deepflow.launch.hydra_app`, config conf/best_mapping.yaml): one search a job, on
 whichever launcher the command line names (joblib processes, Ray tasks, SLURM jobs), and a table of
 the best mapping of each system at the end (`sweep.csv` in the sweep folder; nothing is logged to
 MLflow: a search is a query, not a run).
@@ -72,7 +72,7 @@ def check_jobs(jobs: list[list[str]]) -> None:
 
 def cmd_best_mapping(argv: list[str]) -> int:
     from deepflow.config import compose_config
-    from deepflow.scale.hydra_app import HYDRA_FLAGS, launch
+    from deepflow.launch.hydra_app import HYDRA_FLAGS, launch
 
     if any(a.split("=")[0] in HYDRA_FLAGS for a in argv) or any(a.lstrip("+~").startswith(("hydra/", "hydra."))
                                                                  for a in argv):
@@ -111,7 +111,7 @@ def print_search(cfg, specs, found, reason) -> int:
 def best_mapping_task(cfg, overrides: list[str]) -> int:
     """One Hydra job of `deepflow best-mapping -m`: one system's search, its summary in its folder."""
     from deepflow.report import design_line
-    from deepflow.scale import sweep_runs
+    from deepflow.launch import sweep_runs
 
     specs, found, reason = search(cfg)
     accelerator, system, model, _ = specs
@@ -129,7 +129,7 @@ def best_mapping_task(cfg, overrides: list[str]) -> int:
 
 
 def print_sweep(summaries: list[dict], parent_id, swept: list[str]):
-    """The end of a multirun of searches (deepflow.scale.sweep_runs): the best mapping of each job."""
+    """The end of a multirun of searches (deepflow.launch.sweep_runs): the best mapping of each job."""
     import pandas as pd
 
     from deepflow.run.summary import job_label

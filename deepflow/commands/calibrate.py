@@ -225,7 +225,7 @@ def _table(result: dict) -> str:
 
 def cmd_calibrate(overrides: list[str]) -> int:
     from deepflow.config import compose_config
-    from deepflow.tracking import check_reachable, resolve_uri, ui_command
+    from deepflow.tracking import check_reachable, resolve_uri, run_url, ui_hint
 
     started = time.perf_counter()
     cfg = compose_config([_list_override(o) for o in overrides], config_name="calibrate")
@@ -282,7 +282,9 @@ def cmd_calibrate(overrides: list[str]) -> int:
         metrics = {k: result[k] for k in ("cv_mape_before", "cv_mape_after", "cv_max_abs_error_before",
                                           "cv_max_abs_error_after", "in_sample_mape")}
         if _log_run(client, run_id, params, metrics, out_path):
-            result.update(mlflow_run_id=run_id, tracking_uri=uri, mlflow_ui=ui_command(uri))
+            experiment_id = client.get_run(run_id).info.experiment_id
+            result.update(mlflow_run_id=run_id, tracking_uri=uri,
+                          mlflow_ui=ui_hint(uri, run_url(uri, experiment_id, run_id)))
     result["elapsed_s"] = time.perf_counter() - started
     if opts["output"] == "json":
         print(json.dumps(result))

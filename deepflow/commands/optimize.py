@@ -8,10 +8,10 @@
     deepflow optimize experiment=llama3-70b-n5-hierarchical   # inner=best_mapping: BO proposes the chip,
                                                         # an exhaustive search each proposal's mapping
 
-The command is a Hydra application (`deepflow.scale.hydra_app`: every job checked first, then Hydra runs
+The command is a Hydra application (`deepflow.launch.hydra_app`: every job checked first, then Hydra runs
 `optimize_task` once, or once per job of a multirun with the launcher the config names). One job:
 check the config (conf/optimize.yaml + an experiment), open the MLflow run (a child of the
-multirun's parent, `deepflow.scale.sweep_runs`), and
+multirun's parent, `deepflow.launch.sweep_runs`), and
 run `deepflow.run.loop.run` with a callback that, after every verified batch, (1) rewrites the local
 `evaluations.parquet` atomically (`deepflow.run.store`), then (2) logs one metric point per evaluation
 to MLflow (step = evaluation index) and the Parquet as an artifact. MLflow failing mid-run is warned
@@ -29,7 +29,7 @@ step_time_s or energy_j): `feasible`, `step_time_s`, `energy_j` (when the model 
 description says what was optimized over which space, and where the best design is.
 
 This module is the command: it checks every job (`check_jobs`) and hands the command line to
-Hydra (`deepflow.scale.hydra_app`), which calls `optimize_task` per job. The run itself lives in
+Hydra (`deepflow.launch.hydra_app`), which calls `optimize_task` per job. The run itself lives in
 `deepflow.run`: `job` (config -> checked `Job`), `execute` (start, resume, the loop's callback,
 artifacts), `metrics` (Parquet rows, metric series, timings, enumerated optimum), `mlflow_sink`
 (client, params, the never-raising sink), `best_design` and `summary` (what is printed).
@@ -46,9 +46,9 @@ from deepflow.run.summary import jsonable, print_summaries
 
 
 def optimize_task(cfg, overrides: list[str]) -> int:
-    """One Hydra job of `deepflow optimize` (deepflow.scale.hydra_app): its run, a child of the multirun's
+    """One Hydra job of `deepflow optimize` (deepflow.launch.hydra_app): its run, a child of the multirun's
     parent MLflow run when it is one, its summary in its Hydra folder."""
-    from deepflow.scale import sweep_runs
+    from deepflow.launch import sweep_runs
 
     job = prepare(cfg, overrides)
     parent = sweep_runs.parent_of_job()
@@ -70,7 +70,7 @@ def check_jobs(jobs: list[list[str]]) -> None:
 
 
 def cmd_optimize(argv: list[str]) -> int:
-    from deepflow.scale.hydra_app import launch
+    from deepflow.launch.hydra_app import launch
 
     resume = [o.partition("=")[2] for o in argv if o.partition("=")[0] == "resume"]
     if resume and resume[0] not in ("", "null"):

@@ -54,12 +54,12 @@ def output_path(out, space_name: str, sampler: str, n: int, seed: int, sharded: 
 
 
 def log_sample_run(space, path: Path, params: dict, metrics: dict, experiment: str, calibration=None,
-                   df=None, parent: Optional[dict] = None, hydra_dir: Optional[str] = None) -> str:
-    """Log a sample to MLflow; returns the run id. A single file (`df` given) is a dataset input and
+                   df=None, parent: Optional[dict] = None, hydra_dir: Optional[str] = None) -> tuple[str, str]:
+    """Log a sample to MLflow; returns `(run id, experiment id)`. A single file (`df` given) is a dataset input and
     an artifact; a shard directory is its path (the shards stay where they are: a sample of 1e8
     designs is no artifact) and its manifest. Both get space.json and, with `calibration` (a
     `deepflow.calibration.Calibration`), its file and sha256. `parent`: the multirun's parent run
-    (`deepflow.scale.sweep_runs.parent_of_job`), whose experiment the run joins as its child."""
+    (`deepflow.launch.sweep_runs.parent_of_job`), whose experiment the run joins as its child."""
     import mlflow
 
     from deepflow.scale.shards import MANIFEST
@@ -88,7 +88,7 @@ def log_sample_run(space, path: Path, params: dict, metrics: dict, experiment: s
         if calibration is not None:
             mlflow.log_param("calibration_sha256", calibration.sha256)
             mlflow.log_artifact(calibration.path, artifact_path="calibration")
-        return run.info.run_id
+        return run.info.run_id, experiment_id
 
 
 @dataclass
@@ -154,17 +154,17 @@ def check_jobs(jobs: list[list[str]]) -> None:
 
 
 def cmd_sample(argv: list[str]) -> int:
-    from deepflow.scale.hydra_app import launch
+    from deepflow.launch.hydra_app import launch
 
     return launch("sample", argv, check_jobs)
 
 
 def sample_task(cfg, overrides: list[str]) -> int:
-    """One Hydra job of `deepflow sample` (deepflow.scale.hydra_app): draw, evaluate, write, log."""
-    from deepflow.scale import sweep_runs
+    """One Hydra job of `deepflow sample` (deepflow.launch.hydra_app): draw, evaluate, write, log."""
+    from deepflow.launch import sweep_runs
     from deepflow.scale.executor import sample_in_memory, sample_to_shards
     from deepflow.scale.shards import BlockPlan
-    from deepflow.tracking import quiet_mlflow_logs, ui_command
+    from deepflow.tracking import quiet_mlflow_logs, run_url, ui_hint
     from surrogates.columns import space_json, write_samples
 
     job = prepare_sample(cfg)
@@ -218,17 +218,17 @@ def sample_task(cfg, overrides: list[str]) -> int:
         if job.sharded:
             metrics.update({k: float(shards[k]) for k in ("designs", "lost_designs", "duplicate_designs", "shards")})
         experiment = str(cfg.tracking.get("experiment") or DEFAULT_EXPERIMENT)
-        summary["run_id"] = log_sample_run(space, path, params, metrics, experiment, calibration, df=df,
-                                           parent=parent, hydra_dir=sweep_runs.job_dir())
+        summary["run_id"], experiment_id = log_sample_run(space, path, params, metrics, experiment, calibration,
+                                                          df=df, parent=parent, hydra_dir=sweep_runs.job_dir())
         print(f"MLflow run {summary['run_id']} (train on it: deepflow train-surrogate data={summary['run_id']})")
         if parent is None:
-            print(f"see it: {ui_command(job.uri)}")
+            print(f"see it: {ui_hint(job.uri, run_url(job.uri, experiment_id, summary['run_id']))}")
     sweep_runs.record_summary(summary)
     return 0
 
 
 def print_sweep(summaries: list[dict], parent_id: str, swept: list[str]):
-    """The end of a multirun of samples (deepflow.scale.sweep_runs): one row per job, printed; returned."""
+    """The end of a multirun of samples (deepflow.launch.sweep_runs): one row per job, printed; returned."""
     import pandas as pd
 
     from deepflow.run.summary import job_label

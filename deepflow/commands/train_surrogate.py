@@ -131,7 +131,7 @@ def _add_or_override(override: str) -> str:
 
 def cmd_train_surrogate(overrides: list[str]) -> int:
     from deepflow.config import compose_config, option
-    from deepflow.tracking import check_reachable, quiet_mlflow_logs, resolve_uri, ui_command
+    from deepflow.tracking import check_reachable, quiet_mlflow_logs, resolve_uri, run_url, ui_hint
     from surrogates.training import SURROGATES, train_surrogate
 
     cfg = compose_config([_add_or_override(o) for o in overrides], config_name="train_surrogate")
@@ -175,19 +175,20 @@ def cmd_train_surrogate(overrides: list[str]) -> int:
     if champion_metric not in result.metrics:
         raise ConfigError(f"champion_metric={champion_metric!r} is not a metric of this run (its samples have no "
                           f"such target): allowed " + ", ".join(m for m in sorted(result.metrics) if CHAMPION.match(m)))
-    run_id, version, promoted = log_training(result, samples, cfg, opts, registered, champion_metric, source,
+    run_id, experiment_id, version, promoted = log_training(result, samples, cfg, opts, registered, champion_metric, source,
                                              source_run, train_s)
     print(f"MLflow run {run_id}: registered {registered} version {version}"
           + (f", now @champion ({champion_metric} {result.metrics[champion_metric]:.4g})" if promoted
              else f"; champion unchanged (it has a better {champion_metric})"))
     print(f"query it: deepflow query model_uri=models:/{registered}@champion designs=<csv or parquet> verify=true")
-    print(f"see it: {ui_command(uri)}")
+    print(f"see it: {ui_hint(uri, run_url(uri, experiment_id, run_id))}")
     return 0
 
 
 def log_training(result, samples, cfg, opts, registered: str, champion_metric: str, source: str, source_run,
                  train_s: float):
-    """The MLflow run of a training: params, metrics, plots, dataset input, registered model."""
+    """The MLflow run of a training: params, metrics, plots, dataset input, registered model; returns
+    `(run id, experiment id, registered version, promoted to @champion)`."""
     import matplotlib.pyplot as plt
     import mlflow
 
@@ -223,4 +224,4 @@ def log_training(result, samples, cfg, opts, registered: str, champion_metric: s
         version = info.registered_model_version
         promoted = promote_if_better(registered, version, champion_metric, result.metrics[champion_metric])
         mlflow.set_tag("deepflow.champion", str(promoted).lower())
-        return run.info.run_id, version, promoted
+        return run.info.run_id, run.info.experiment_id, version, promoted

@@ -103,7 +103,8 @@ class OptimizationRun:
                                    "evaluations": len(frame), "feasible": int(frame["objective_feasible"].sum()),
                                    "objective": job.objective.name, "strategy": job.strategy_name, "seed": job.seed,
                                    "inner": job.inner, "overrides": job.overrides, "local_dir": str(d.resolve()),
-                                   "tracking_uri": job.uri, "output": str(job.cfg.output),
+                                   "tracking_uri": job.uri, "experiment_id": store.state().get("experiment_id"),
+                                   "output": str(job.cfg.output),
                                    "hydra_dir": store.state().get("hydra_dir")}
         if self.optimum:
             summary["optimum"] = self.optimum
@@ -229,7 +230,7 @@ def _warm_start(job: Job, store: RunStore, quiet: bool):
 def start_job(job: Job, client, parent: Optional[dict] = None, hydra_dir: Optional[str] = None,
               quiet: bool = False) -> dict[str, Any]:
     """A new MLflow run and local record for `job`, then the optimization. `parent`: the multirun's
-    parent run (`deepflow.scale.sweep_runs.parent_of_job`), whose experiment the run joins as its child;
+    parent run (`deepflow.launch.sweep_runs.parent_of_job`), whose experiment the run joins as its child;
     `hydra_dir`: the job's Hydra folder (config snapshot, log), tagged on the run."""
     experiment_id = parent["experiment_id"] if parent else experiment_id_for(client, job.experiment)
     tags = {"deepflow.command": "optimize", "deepflow.experiment": job.name,

@@ -1,5 +1,6 @@
 """What `deepflow optimize` prints: one run's report, or a sweep's table of child runs, then the
-command that opens the MLflow UI on the store (`output=json`: one JSON object instead)."""
+link that opens the run's (or the sweep's) charts in the MLflow UI, after the command that starts the UI
+of a local store (`output=json`: one JSON object instead)."""
 
 from __future__ import annotations
 
@@ -80,13 +81,24 @@ def sweep_table(summaries: list[dict[str, Any]], swept: list[str]) -> pd.DataFra
     return pd.DataFrame(rows)
 
 
+def ui_link(summaries: list[dict[str, Any]], parent_id: Optional[str]) -> str:
+    """The MLflow UI link of what was run, in its Model training view: the run's metric charts, or for a sweep
+    the charts of its child runs side by side (`deepflow.tracking.run_url`, `experiment_url`)."""
+    from deepflow.tracking import experiment_url, run_url, ui_address
+
+    uri, experiment_id = summaries[0]["tracking_uri"], summaries[0].get("experiment_id")
+    if experiment_id is None:  # a summary written before it carried its experiment: the UI's home
+        return ui_address(uri)
+    return experiment_url(uri, experiment_id) if parent_id else run_url(uri, experiment_id, summaries[0]["run_id"])
+
+
 def print_summaries(summaries: list[dict[str, Any]], parent_id: Optional[str], table: Optional[pd.DataFrame] = None) -> int:
-    from deepflow.tracking import ui_command
+    from deepflow.tracking import ui_command, ui_hint
 
     uri = summaries[0]["tracking_uri"]
     if summaries[0].get("output") == "json":
         print(json.dumps({"parent_run_id": parent_id, "runs": [jsonable(s) for s in summaries],
-                          "ui": ui_command(uri)}, default=str))
+                          "ui": ui_command(uri), "ui_url": ui_link(summaries, parent_id)}, default=str))
         return 0
     if parent_id is None:
         print(report(summaries[0]))
@@ -102,12 +114,12 @@ def print_summaries(summaries: list[dict[str, Any]], parent_id: Optional[str], t
                     print(f"    {chip_line(s['best_chip'])}")
             print(f"    deepflow evaluate design={s['best_design']}" if "best_design" in s
                   else f"  {job}: no feasible design")
-    print(f"open the MLflow UI: {ui_command(uri)}")
+    print(f"open the MLflow UI: {ui_hint(uri, ui_link(summaries, parent_id))}")
     return 0
 
 
 def print_sweep(summaries: list[dict[str, Any]], parent_id: str, swept: list[str]) -> pd.DataFrame:
-    """The end of a multirun (deepflow.scale.sweep_runs): its table of child runs, printed; returned."""
+    """The end of a multirun (deepflow.launch.sweep_runs): its table of child runs, printed; returned."""
     table = sweep_table(summaries, swept)
     print_summaries(summaries, parent_id, table)
     return table

@@ -1,2 +1,3 @@
-"""Scale-out: Hydra's application machinery and multiruns (hydra_app, sweep_runs), and Ray for large
-design batches (executor, shards)."""
+"""Scale-out of large design batches: Ray tasks over blocks of designs (executor) streaming to Parquet shards
+keyed by design id (shards). Below `deepflow.run` and the commands that hand it batches; Hydra's multiruns are
+`deepflow.launch`."""

@@ -117,6 +117,9 @@ def test_a_point_evaluates_like_the_design_it_decodes_to(a100, make_system, gpt3
     ({"name": "recompute", "kind": "categorical", "choices": ["some"]}, "choices"),
     ({"name": "hbm_bytes", "kind": "continuous", "low": 1, "high": 2, "unit": "furlongs"}, "unit"),
     ({"name": "tp", "kind": "log2", "low": 1, "high": 8, "step": 2}, "step"),
+    ({"name": "num_devices", "kind": "log2", "low": 1, "high": 2**25}, "high"),  # beyond any cluster
+    ({"name": "tp", "kind": "categorical", "choices": [1, 2**30]}, "choices"),
+    ({"name": "global_batch_size", "kind": "integer", "low": 1, "high": 2**31}, "high"),
 ])
 def test_bad_parameters_name_the_field(entry, field):
     with pytest.raises(SpecError) as info:

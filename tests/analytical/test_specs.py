@@ -95,6 +95,34 @@ def test_system_fields(system, replace):
     raises_naming("num_devices", replace(system, num_devices=0))
 
 
+@pytest.mark.parametrize("field, largest", [("num_devices", 2**24), ("devices_per_node", 2**24),
+                                            ("scale_up_domain", 2**24)])
+def test_device_counts_end_at_2_pow_24(system, replace, field, largest):
+    big = replace(system, num_devices=largest, devices_per_node=8, scale_up_domain=largest)
+    assert replace(big, **{field: largest}).validate()  # the largest count is a valid spec
+    error = raises_naming(field, replace(big, **{field: largest + 1}))
+    assert "16,777,216" in error.allowed
+    error = raises_naming(field, replace(big, **{field: 99999999999999999999}))
+    assert str(error) == (f"system[{system.name}].{field} = 99999999999999999999 is invalid: allowed an integer "
+                          f"from 1 to 16,777,216 (2**24: above any cluster built)")
+
+
+@pytest.mark.parametrize("spec, field", [(ModelSpec(), "num_layers"), (ModelSpec(), "hidden_size"),
+                                         (ModelSpec(), "seq_length"), (MappingSpec(), "global_batch_size"),
+                                         (MappingSpec(), "micro_batch_size"), (MappingSpec(), "tp"),
+                                         (MappingSpec(), "ps_shards")])
+def test_sizes_beyond_any_model_or_cluster_name_the_field(replace, spec, field):
+    raises_naming(field, replace(spec, **{field: 2**40}))
+
+
+def test_a_design_beyond_any_cluster_is_refused_by_the_python_api(a100, system, gpt3, replace):
+    from analytical import single_design
+
+    with pytest.raises(SpecError) as info:
+        single_design(a100, replace(system, num_devices=10**20), gpt3, MappingSpec(tp=8, pp=8))
+    assert info.value.field == "num_devices" and "16,777,216" in str(info.value)
+
+
 def test_spec_from_dict_builds_and_validates():
     spec = spec_from_dict(ModelSpec, {"name": "tiny", "num_layers": 2, "hidden_size": 64, "num_heads": 4,
                                       "vocab_size": 100, "seq_length": 32}, "model[tiny]")

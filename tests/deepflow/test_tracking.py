@@ -18,7 +18,7 @@ import pytest
 
 from deepflow.cli import main
 from deepflow.presets import ConfigError
-from deepflow.tracking import resolve_uri, ui_command
+from deepflow.tracking import experiment_url, resolve_uri, run_url, ui_command, ui_hint
 
 BASE = ["experiment=quickstart", "strategy=random", "warm_start.samples=0", "optimum=null"]
 
@@ -51,6 +51,34 @@ def test_default_store_is_sqlite_in_the_working_directory(tmp_path):
     assert ui_command(resolve_uri(None, tmp_path)) == f"mlflow ui --backend-store-uri sqlite:///{tmp_path.resolve()}/mlflow.db"
     with pytest.raises(ConfigError, match="tracking.uri='s3://bucket' is invalid"):
         resolve_uri("s3://bucket")
+
+
+def test_run_links_open_the_model_training_view_inside_the_hash_route():
+    """MLflow's UI is a hash-routed app: `workflowType` must follow the route inside the hash (before it, the UI
+    never sees it and opens the GenAI view); a server's own address, `mlflow ui`'s default for a local store."""
+    server = "http://tracker.example:8080/"
+    assert run_url(server, "7", "abc123") == \
+        "http://tracker.example:8080/#/experiments/7/runs/abc123/model-metrics?workflowType=machine_learning"
+    assert experiment_url(server, "7") == \
+        "http://tracker.example:8080/#/experiments/7/runs?workflowType=machine_learning&compareRunsMode=CHART"
+    assert ui_hint(server, run_url(server, "7", "abc123")) == run_url(server, "7", "abc123")
+    local = "sqlite:////data/mlflow.db"
+    assert run_url(local, "1", "r").startswith("http://127.0.0.1:5000/#/experiments/1/runs/r/")
+    assert ui_hint(local, "U") == "mlflow ui --backend-store-uri sqlite:////data/mlflow.db, then open U"
+
+
+def test_the_installed_mlflow_ui_reads_the_workflow_type_and_tabs_the_links_use():
+    """The links rest on the installed UI's own words: a hash router, the search parameter `workflowType` with
+    the value `machine_learning`, and the run page's `model-metrics` tab (MLflow 3.17's built JavaScript)."""
+    import mlflow
+
+    build = Path(mlflow.__file__).parent / "server" / "js" / "build"
+    if not build.is_dir():
+        pytest.skip("this MLflow has no UI build (mlflow-skinny)")
+    text = "".join(p.read_text(errors="ignore") for p in (build / "static" / "js").glob("*.js"))
+    assert "createHashRouter" in text
+    assert 'get("workflowType")' in text and 'MACHINE_LEARNING="machine_learning"' in text
+    assert 'MODEL_METRIC_CHARTS="model-metrics"' in text and '"compareRunsMode"' in text
 
 
 def test_server_down_at_start_is_a_clear_error_before_any_work(tmp_path, monkeypatch, capsys):

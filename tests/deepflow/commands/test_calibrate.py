@@ -184,6 +184,8 @@ def test_published_runs_end_to_end_with_mlflow(tmp_path, monkeypatch, capsys):
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     run = client.get_run(result["mlflow_run_id"])
     assert run.info.status == "FINISHED"
+    assert result["mlflow_ui"].endswith(f"then open http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/"
+                                        f"{run.info.run_id}/model-metrics?workflowType=machine_learning")
     assert run.data.params["data"] == str(PUBLISHED) and run.data.params["fit"] == "global"
     assert run.data.params["cv"] == "kfold" and run.data.params["n"] == "30"
     assert run.data.params["prior_sigma"] == "auto"

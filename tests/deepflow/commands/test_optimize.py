@@ -6,6 +6,8 @@ the optimizer core has its own tests; here the tracking and persistence around i
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -36,11 +38,12 @@ def runs(tmp: Path, experiment: str = "quickstart"):
 
 @pytest.fixture(scope="module")
 def one_run(tmp_path_factory):
-    """One finished run of 12 evaluations in its own working directory."""
+    """One finished run of 12 evaluations in its own working directory (what it printed: printed.txt)."""
     tmp = tmp_path_factory.mktemp("optimize")
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(io.StringIO()) as printed:
         mp.chdir(tmp)
         assert optimize("budget=12", "seed=3") == 0
+    (tmp / "printed.txt").write_text(printed.getvalue())
     client, found = runs(tmp)
     assert len(found) == 1
     return tmp, client, found[0]
@@ -73,6 +76,16 @@ def test_the_experiment_is_a_model_training_one_and_the_run_says_what_it_did(one
     best = min(m.value for m in client.get_metric_history(run.info.run_id, "best_step_time_s"))
     assert f"Best: step time {best:.6g} s at evaluation" in note and "deepflow evaluate design=" in note
     assert not {"best_so_far", "regret", "hypervolume", "objective"} & set(run.data.metrics)  # names carry units
+
+
+def test_the_printed_link_opens_the_runs_charts_in_the_model_training_view(one_run):
+    """The last line starts the UI of the local store and links the run's metric charts in MLflow 3's Model
+    training view (`workflowType` in the hash route), not the GenAI one a fresh browser opens."""
+    tmp, client, run = one_run
+    last = (tmp / "printed.txt").read_text().strip().splitlines()[-1]
+    url = (f"http://127.0.0.1:5000/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}/model-metrics"
+           f"?workflowType=machine_learning")
+    assert last == f"open the MLflow UI: mlflow ui --backend-store-uri sqlite:///{tmp.resolve()}/mlflow.db, then open {url}"
 
 
 def test_artifacts_are_present_and_loadable(one_run, tmp_path):
@@ -164,6 +177,9 @@ def test_multirun_creates_child_runs_under_one_parent(tmp_path, monkeypatch, cap
     assert all(r.info.status == "FINISHED" for r in found)
     out = capsys.readouterr().out
     assert "sweep (parent run" in out and out.strip().splitlines()[-1].startswith("open the MLflow UI: mlflow ui")
+    charts = (f"then open http://127.0.0.1:5000/#/experiments/{parents[0].info.experiment_id}/runs"
+              f"?workflowType=machine_learning&compareRunsMode=CHART")  # the children's charts side by side
+    assert out.strip().endswith(charts)
 
 
 def test_inner_best_mapping_records_and_round_trips_the_chosen_mapping(tmp_path, monkeypatch, capsys):
@@ -242,7 +258,7 @@ def test_bad_experiment_from_the_shell_is_one_line_and_exit_2(tmp_path):
 
 
 def test_jobs_are_hydras_basic_sweeper_expansion_with_the_configs_declared_sweep_first():
-    from deepflow.scale.hydra_app import jobs_of
+    from deepflow.launch.hydra_app import jobs_of
 
     jobs, multirun = jobs_of("optimize", ["experiment=technology-sweep", "seed=0,1", "budget=3",
                                           "hydra/launcher=basic"], True)

@@ -62,6 +62,8 @@ def test_sample_writes_parquet_with_designs_encodings_outputs_and_logs_it(sample
     assert "400/400" in out.stderr  # the progress bar
     client = MlflowClient(tracking_uri=uri)
     run_ = client.get_run(run_id)
+    assert (f"then open http://127.0.0.1:5000/#/experiments/{run_.info.experiment_id}/runs/{run_id}/model-metrics"
+            "?workflowType=machine_learning") in out.stdout  # the run's charts, in the Model training view
     assert run_.data.params["n"] == "400" and run_.data.params["sampler"] == "random"
     inputs = run_.inputs.dataset_inputs
     assert len(inputs) == 1 and inputs[0].dataset.name == path.stem

@@ -15,7 +15,7 @@
 3. a config that declares its own sweep (`hydra.sweeper.params`, e.g. experiment=technology-sweep)
    runs as a multirun without `-m`.
 Then Hydra runs: one output folder per job with its `.hydra/` config snapshot and log, the launcher
-the config names, and the `deepflow.scale.sweep_runs.SweepParent` callback that opens one parent
+the config names, and the `deepflow.launch.sweep_runs.SweepParent` callback that opens one parent
 MLflow run per multirun. Each job calls the command's task (`TASKS`) with its composed config.
 """
 
@@ -27,6 +27,7 @@ import os
 import sys
 from typing import Callable, Iterator
 
+from deepflow.config import compose_config, field_override
 from deepflow.presets import CONF_DIR, ConfigError
 
 # the task of each command: "module:function", called as function(cfg, task_overrides) -> exit code
@@ -36,8 +37,6 @@ TASKS = {"optimize": "deepflow.commands.optimize:optimize_task", "sample": "deep
 HYDRA_FLAGS = ("-m", "--multirun", "-c", "--cfg", "-i", "--info", "--resolve", "-p", "--package", "--hydra-help",
                "--version", "-cd", "--config-dir", "-sc", "--shell-completion", "--experimental-rerun", "-cp",
                "--config-path", "-cn", "--config-name")
-# the launchers deepflow's extras install, and the extra that installs each
-LAUNCHER_EXTRAS = {"joblib": "joblib", "ray": "ray", "submitit_local": "slurm", "submitit_slurm": "slurm"}
 _INSPECT = ("cfg", "info", "help", "hydra_help", "shell_completion")  # Hydra flags that run nothing
 _codes: list[int] = []  # exit codes of the jobs this process ran (the single run's is the command's)
 
@@ -71,8 +70,6 @@ def is_hydra_key(override: str) -> bool:
 
 
 def _field_override(override: str) -> str:
-    from deepflow.config import field_override
-
     return override if is_hydra_key(override) else field_override(override)
 
 
@@ -99,19 +96,6 @@ def _parser():
     return parser
 
 
-def launcher_help(name: str) -> str:
-    """The line that says how to get launcher `name`, and which launchers this machine has."""
-    from deepflow.config import hydra_group_options
-
-    installed = hydra_group_options("hydra/launcher")
-    known = sorted(set(installed) | set(LAUNCHER_EXTRAS))
-    if name in LAUNCHER_EXTRAS:
-        return (f"hydra/launcher={name!r} is not installed: pip install -e \".[{LAUNCHER_EXTRAS[name]}]\" "
-                f"(installed: {', '.join(installed)})")
-    return f"hydra/launcher={name!r} is not a known launcher: allowed {', '.join(known)} (installed: " \
-           f"{', '.join(installed)})"
-
-
 def jobs_of(config_name: str, overrides: list[str], multirun: bool) -> tuple[list[list[str]], bool]:
     """`(jobs, multirun)`: the task overrides of each job, as Hydra's BasicSweeper will launch them
     (the config's `hydra.sweeper.params` first, then the command line's, which win for a key), and
@@ -121,8 +105,6 @@ def jobs_of(config_name: str, overrides: list[str], multirun: bool) -> tuple[lis
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from omegaconf import DictConfig, OmegaConf
-
-    from deepflow.config import compose_config
 
     parser = OverridesParser.create()
     try:
@@ -165,7 +147,7 @@ def launch(config_name: str, argv: list[str], check: Callable[[list[list[str]]],
             print(f"the config declares a sweep (hydra.sweeper.params): {len(jobs)} jobs as a multirun",
                   file=sys.stderr, flush=True)
             argv = ["--multirun", *argv]
-    from deepflow.scale import sweep_runs
+    from deepflow.launch import sweep_runs
 
     del _codes[:]
     main = hydra.main(config_path=str(CONF_DIR), config_name=config_name, version_base="1.3")(task)
