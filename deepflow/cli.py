@@ -13,6 +13,8 @@ Commands:
   derive        the accelerator a chip's technology and budgets give, and what each part uses (chip=...)
   calibrate     fit the efficiency constants to measured runs (data=<csv>), cross-validated; writes a
                 calibration file that evaluate, best-mapping, validate, sample and optimize take (calibration=<file>)
+  study         a case study: its variants as child MLflow runs, a table, figures and checks
+                (layer-by-layer, technology-levers, phaze-tpuv4, retrodiction; quick=true: a small version)
 
 Bad input exits with status 2 and one line naming the field; nothing is evaluated before the whole
 configuration has been checked.
@@ -40,7 +42,7 @@ COMMANDS = {"evaluate": "deepflow.commands.evaluate:cmd_evaluate",
             "sample": "deepflow.commands.sample:cmd_sample",
             "train-surrogate": "deepflow.commands.train_surrogate:cmd_train_surrogate",
             "query": "deepflow.commands.query:cmd_query", "derive": "deepflow.commands.derive:cmd_derive",
-            "calibrate": "deepflow.commands.calibrate:cmd_calibrate"}
+            "calibrate": "deepflow.commands.calibrate:cmd_calibrate", "study": "deepflow.commands.study:cmd_study"}
 
 
 def _command(name: str):

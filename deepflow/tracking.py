@@ -102,10 +102,11 @@ def ui_address(uri: str) -> str:
     return uri.rstrip("/") if urlparse(uri).scheme in ("http", "https") else LOCAL_UI
 
 
-def run_url(uri: str, experiment_id: str, run_id: str) -> str:
+def run_url(uri: str, experiment_id: str, run_id: str, tab: str = "model-metrics") -> str:
     """The link that opens run `run_id` (experiment `experiment_id`) of the store at `uri` on its metric charts
-    (the run page's "Model metrics" tab), in MLflow 3's Model training view rather than its GenAI one."""
-    return f"{ui_address(uri)}/#/experiments/{experiment_id}/runs/{run_id}/model-metrics?{WORKFLOW_QUERY}"
+    (the run page's "Model metrics" tab; `tab="artifacts"`: its files, e.g. a study's table and figures), in
+    MLflow 3's Model training view rather than its GenAI one."""
+    return f"{ui_address(uri)}/#/experiments/{experiment_id}/runs/{run_id}/{tab}?{WORKFLOW_QUERY}"
 
 
 def experiment_url(uri: str, experiment_id: str) -> str:

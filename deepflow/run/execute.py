@@ -72,6 +72,13 @@ class OptimizationRun:
         history = self.history()
         if history.n > self.job.budget:
             raise invalid("budget", self.job.budget, f">= the {history.n} evaluations the run already has")
+        if history.n == 0 and self.job.initial is not None:  # a caller's known designs, verified first
+            from deepflow.run.loop import verify
+
+            X0 = self.job.initial[: self.job.budget].to(DTYPE)
+            *_, rows = verify(self.job.space, self.job.objective, X0)
+            self.on_evaluation(X0, rows)
+            history = self.history()
         self.strategy = TimedStrategy(self.job.make_strategy(prior))
         if history.n < self.job.budget:
             from tqdm import tqdm

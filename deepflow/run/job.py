@@ -48,6 +48,9 @@ class Job:
     warm_start: dict = field(default_factory=dict)
     inner: Optional[str] = None  # best_mapping: `space` is a deepflow.run.hierarchical.BestMappingSpace
     calibration: Any = None  # the deepflow.calibration.Calibration of `calibration=<file>` (the space's constants)
+    # `k x d` unit-cube points verified first, before the strategy proposes (they count in the budget): designs a
+    # caller already knows, e.g. the variants a study evaluated before its joint search (deepflow.study)
+    initial: Any = None
 
     def make_strategy(self, prior=None):
         from deepflow.strategies import make_strategy
