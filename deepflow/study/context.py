@@ -25,10 +25,13 @@ MAPPING_KEYS = ("tp", "pp", "dp", "cp", "ep", "vp", "micro_batch_size", "recompu
                 "zero_stage", "distributed_optimizer")
 
 
+MAX_BUDGET = 100_000  # evaluations of one search of a study (the co-design records took 8,000-20,000)
+
+
 def positive_int(cfg: DictConfig, key: str) -> int:
     value = OmegaConf.select(cfg, key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{key}={value!r} is invalid: allowed an integer >= 1")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BUDGET:
+        raise ConfigError(f"{key}={value!r} is invalid: allowed an integer from 1 to {MAX_BUDGET:,}")
     return value
 
 

@@ -89,10 +89,30 @@ def check(cfg, quick: bool) -> tuple[list[str], dict[str, dict]]:
         names = [n for n in chosen(study.get("quick_levers"), list(study.levers), "study.quick_levers") if n in names]
     levers = {n: OmegaConf.to_container(study.levers[n], resolve=True) for n in names}
     for n, lever in levers.items():
-        if not isinstance(lever, dict) or "field" not in lever or not lever.get("values"):
-            raise ConfigError(f"study.levers.{n}={lever!r} is invalid: allowed {{field: <group.field>, values: "
+        if not isinstance(lever, dict) or not str(lever.get("field", "")).startswith("chip.") or not lever.get("values"):
+            raise ConfigError(f"study.levers.{n}={lever!r} is invalid: allowed {{field: chip.<field>, values: "
                               f"[a non-empty list], also: [other fields that take the same value]}}")
+    check_values(cfg, workloads[0], levers)
     return workloads, levers
+
+
+def check_values(cfg, workload: str, levers: dict[str, dict]) -> None:
+    """Every lever value a valid chip (the chip spec's own checks: an unknown node, a negative area), named
+    as `study.levers.<lever>`, before anything runs."""
+    from omegaconf import OmegaConf
+
+    from deepflow.config import chip_from_config, compose_config
+
+    w = cfg.study.workloads[workload]
+    base = compose_config([f"experiment={w.experiment}", *cfg.study.baseline, *w.overrides], "optimize")
+    for n, lever in levers.items():
+        for value in lever["values"]:
+            trial = base.copy()
+            OmegaConf.update(trial, lever["field"], value)
+            try:
+                chip_from_config(trial)
+            except ConfigError as exc:
+                raise ConfigError(f"study.levers.{n}: {exc}") from None
 
 
 def run(ctx: Context) -> dict[str, bool]:

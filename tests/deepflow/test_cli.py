@@ -71,7 +71,7 @@ def test_evaluate_fused_cnn_jobs_compares_them_with_serial_ones():
     (("frobnicate",), "unknown command"),
     (("validate", "data=/nonexistent.csv"), "no such file"),
     (("best-mapping", "top_k=0"), "top_k"),
-    (("sample", "space=jointt"), "space='jointt' is not a known space: allowed chip-mapping, fused-jobs, hardware-mapping, joint"),
+    (("sample", "space=jointt"), "space='jointt' is not a known space: allowed chip-fused-jobs, chip-mapping, chip-only, chip-real-bounds, fused-jobs, hardware-mapping, joint"),
     (("optimize", "-m", "seed=0,1", "hydra/launcher=slurmm"), "hydra/launcher='slurmm' is not a known launcher: allowed basic,"),
     (("sample", "hydra/sweeper=optunaa"), "hydra/sweeper='optunaa' is not a known option: allowed basic"),
     (("optimize", "--cfgg"), "unrecognized arguments: --cfgg"),
