@@ -9,7 +9,7 @@
 Composed by Hydra (conf/study.yaml + conf/study/<name>.yaml + overrides) and checked before anything
 runs; one parent MLflow run with a child run per variant (`deepflow.study.runs`), the table printed and
 logged as markdown, a figure (PNG and offline HTML), the named checks, and the link that opens the
-parent run in the MLflow UI. `output=json` ends with one JSON line: `study`, `rows` (one per variant:
+table in the MLflow UI (the parent run's artifacts, Model training view). `output=json` ends with one JSON line: `study`, `rows` (one per variant:
 its design, step time, energy, MFU and the % it loses to the best), `checks` (name -> true/false),
 `run_id`, `url`.
 """
@@ -17,8 +17,7 @@ its design, step time, energy, MFU and the % it loses to the best), `checks` (na
 from __future__ import annotations
 
 import importlib
-import json
-import sys
+import warnings
 
 from omegaconf import OmegaConf
 
@@ -69,14 +68,14 @@ def cmd_study(argv: list[str]) -> int:
     from deepflow.tables import table
     from deepflow.tracking import check_reachable, resolve_uri, run_url, ui_hint
 
-    cfg = compose(argv)
-    name = str(cfg.study.name)
-    import warnings
-
     from linear_operator.utils.warnings import NumericalWarning
 
+    from deepflow.study import STUDIES
+
+    cfg = compose(argv)
+    name = str(cfg.study.name)
     warnings.filterwarnings("ignore", category=NumericalWarning)  # GP jitter notes of the searches, not findings
-    module = importlib.import_module(__import__("deepflow.study", fromlist=["STUDIES"]).STUDIES[name])
+    module = importlib.import_module(STUDIES[name])
     module.check(cfg, bool(cfg.quick))  # the study's own options, before any run is opened
     uri = resolve_uri(OmegaConf.select(cfg, "tracking.uri"))
     check_reachable(uri)

@@ -94,21 +94,20 @@ def encode_values(space, values: dict[str, Any]) -> torch.Tensor:
 
 
 def decode_point(space, u: torch.Tensor) -> dict[str, Any]:
-    """A `(d,)` point's parameter values, categoricals by name."""
+    """A `(d,)` point's parameter values: categoricals by name, integer and log2 parameters as ints."""
+    kinds = {p.name: p.kind for p in space.parameters}
     out = {}
     for name, v in space.decode(u.reshape(1, -1)).items():
-        codes = _codes(name)
-        value = float(v[0])
+        codes, value = _codes(name), float(v[0])
         if codes:
-            value = {code: key for key, code in codes.items()}[int(value)]
-        elif value == int(value) and name not in _CONTINUOUS:
-            value = int(value)
-        out[name] = value
+            out[name] = {code: key for key, code in codes.items()}[int(value)]
+        elif kinds[name] in ("integer", "log2") or (kinds[name] == "categorical" and value == int(value)):
+            out[name] = int(value)
+        else:
+            out[name] = value
     return out
 
 
-_CONTINUOUS = {"area_compute_fraction", "area_sram_fraction", "power_compute_fraction", "power_memory_fraction",
-               "shoreline_memory_fraction", "die_area_mm2", "power_budget_w"}
 CHIP_KEYS = ("compute_units", "peak_bf16_flops_per_s", "peak_fp8_flops_per_s", "sram_bytes", "hbm_bytes",
              "hbm_bw_bytes_per_s", "scale_up_bw_bytes_per_s", "scale_out_bw_bytes_per_s", "tdp_w", "clock_hz")
 
