@@ -95,7 +95,7 @@ def cmd_study(argv: list[str]) -> int:
     files = [runs.directory / "table.md"]
     files[0].write_text(f"# study {name}\n\n" + markdown(header, cells) + "\n## checks\n\n"
                         + "\n".join(f"- {'ok' if ok else '**FAILED**'}: {check}" for check, ok in checks.items()) + "\n")
-    files += figure(ctx.rows, runs.directory, f"deepflow study {name}")
+    files += figure(ctx.rows, runs.directory, f"deepflow study {name}", **getattr(module, "FIGURE", {}))
     (runs.directory / "rows.json").write_text(json_line(name, ctx.rows, checks))
     files.append(runs.directory / "rows.json")
     runs.finish(files, {"checks_passed": sum(checks.values()), "checks_failed": len(checks) - sum(checks.values()),

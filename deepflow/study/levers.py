@@ -21,6 +21,7 @@ from deepflow.study.limits import binding_limit, sensitivities
 from deepflow.study.points import config_values, encode_values, evaluate_point
 
 EXTRA_COLUMNS = ("gain_pct", "binding")  # the table's columns beside the common ones
+FIGURE = {"value": "gain_pct", "label": "step time gained against the baseline (%)", "horizontal": True}
 
 
 def lever_values(lever, quick: bool) -> list:

@@ -51,25 +51,45 @@ def checks_text(checks: dict[str, bool]) -> str:
 
 
 def figure(rows: list[dict[str, Any]], directory: Path, title: str, value: str = "objective_s",
-           label: str = "objective (s)") -> list[Path]:
-    """A grouped bar chart of `value` per workload and variant: `study.png` and `study.html`."""
+           label: str = "objective (s)", horizontal: bool = False) -> list[Path]:
+    """A bar chart of `value` per workload (one panel each) and variant (one colour a variant, or a lever
+    where rows have one): `study.png` and `study.html`. `horizontal`: bars across, for many variants
+    (a study of levers); infeasible rows are hatched there, left out otherwise."""
     import plotly.graph_objects as go
 
     from deepflow.plots import _pyplot
 
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
     variants = list(dict.fromkeys(r["label"] for r in rows))
-    kinds = list(dict.fromkeys(r["variant"] for r in rows))  # one colour a variant across the workloads
+    kinds = list(dict.fromkeys(r.get("lever") or r["variant"] for r in rows))  # one colour a variant (lever)
+
+    def height(r):
+        v = r.get(value)
+        return 0.0 if v is None or not (horizontal or r["feasible"]) else float(v)
+
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(workloads), figsize=(max(5.0, 4.2 * len(workloads)), 4.2), squeeze=False)
+    n = max(len([r for r in rows if r["workload"] == w]) for w in workloads)
+    size = (4.6 * len(workloads), max(4.2, 0.24 * n + 1.5)) if horizontal else (max(5.0, 4.2 * len(workloads)), 4.2)
+    fig, axes = plt.subplots(1, len(workloads), figsize=size, squeeze=False)
     for ax, workload in zip(axes[0], workloads):
         mine = [r for r in rows if r["workload"] == workload]
-        heights = [r[value] if r.get(value) is not None and r["feasible"] else 0.0 for r in mine]
-        ax.bar(range(len(mine)), heights, color=[f"C{kinds.index(r['variant']) % 10}" for r in mine])
-        ax.set_xticks(range(len(mine)), [r["variant"] for r in mine], rotation=30, ha="right", fontsize=8)
+        colours = [f"C{kinds.index(r.get('lever') or r['variant']) % 10}" for r in mine]
+        if horizontal:
+            bars = ax.barh(range(len(mine)), [height(r) for r in mine], color=colours)
+            for bar, r in zip(bars, mine):
+                if not r["feasible"]:
+                    bar.set_hatch("//")
+                    bar.set_alpha(0.5)
+            ax.set_yticks(range(len(mine)), [r["variant"] for r in mine], fontsize=8)
+            ax.invert_yaxis()
+            ax.axvline(0.0, color="black", linewidth=0.8)
+            ax.set_xlabel(label)
+        else:
+            ax.bar(range(len(mine)), [height(r) for r in mine], color=colours)
+            ax.set_xticks(range(len(mine)), [r["variant"] for r in mine], rotation=30, ha="right", fontsize=8)
+            ax.set_ylabel(label)
         ax.set_title(workload, fontsize=10)
-        ax.set_ylabel(label)
-    fig.suptitle(title, fontsize=11)
+    fig.suptitle(title + (" (hatched: infeasible)" if horizontal else ""), fontsize=11)
     fig.tight_layout()
     png = directory / "study.png"
     fig.savefig(png, dpi=110)
@@ -78,7 +98,7 @@ def figure(rows: list[dict[str, Any]], directory: Path, title: str, value: str =
     for variant in variants:
         mine = [r for r in rows if r["label"] == variant]
         html.add_trace(go.Bar(name=variant, x=[r["workload"] for r in mine],
-                              y=[r[value] if r.get(value) is not None and r["feasible"] else None for r in mine],
+                              y=[height(r) if horizontal or r["feasible"] else None for r in mine],
                               text=[r.get("mapping", "") for r in mine]))
     html.update_layout(title=title, barmode="group", yaxis_title=label, template="plotly_white")
     path = directory / "study.html"
