@@ -151,6 +151,15 @@ CASES = [
     (["calibrate", "cv=bootstrap"], "cv='bootstrap' is invalid"),
     (["calibrate", "folds=1"], "folds=1 is invalid"),
     (["calibrate", "fields=[gemm_peak_fraction,luck]"], "luck"),
+    # study
+    (["study"], "name the study"),
+    (["study", "nonsense"], "study 'nonsense' is not known: allowed layer-by-layer"),
+    (["study", "layer-by-layer", "study.only=[gpt5]"], "study.only='gpt5' is not known"),
+    (["study", "technology-levers", "study.only_levers=[wafer]"], "study.only_levers='wafer' is not known"),
+    (["study", "phaze-tpuv4", "study.budget=-1"], "study.budget=-1 is invalid"),
+    (["study", "retrodiction", "study.max_gain=0"], "study.max_gain=0 is invalid"),
+    (["study", "layer-by-layer", "output=xml"], "output='xml' is invalid"),
+    (["study", "layer-by-layer", "tracking.uri=http://127.0.0.1:{port}"], "does not answer"),
     # the command itself
     (["frobnicate"], "unknown command 'frobnicate'"),
 ]

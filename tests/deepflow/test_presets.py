@@ -59,11 +59,17 @@ def test_a_flag_reads_true_false_0_and_1(value, expected):
     assert to_spec("mapping", {"sequence_parallel": value, "tp": 2}).sequence_parallel is expected
 
 
+# the system a space is meant for where the default one cannot run its chips: a TPU-like chip has no
+# scale-out NIC (its ICI is one scale-up network, conf/chip/tpu-v4-n7.yaml): it runs on a TPU pod, with a
+# model its 32 GiB holds (the phaze-tpuv4 study's Llama 2 7B)
+SPACE_CONTEXT = {"tpu-chip": ["system=tpu-v4-pod", "system.num_devices=1024", "model=llama2-7b", "mapping=llama3-70b-1024"]}
+
+
 @pytest.mark.parametrize("name", available("space"))
 def test_every_space_config_samples_and_evaluates(name):
     from deepflow.config import space_from_config
 
-    space = space_from_config(compose_config([f"space={name}"]))
+    space = space_from_config(compose_config([f"space={name}", *SPACE_CONTEXT.get(name, [])]))
     u = space.sample(2000, seed=1)
     assert bool(space.known_feasible(u).all())
     result = space.evaluate(u)
