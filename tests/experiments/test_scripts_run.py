@@ -90,6 +90,10 @@ SMOKE = {
         ["--fields", "gemm_peak_fraction"],
         {"leave_one_source_out": lambda v: len(v) == 12 and all(fraction(s["mape"]) for s in v.values()),
          "leave_one_generation_out": lambda v: any(s.get("held_out") for s in v.values())}),
+    f"{V}/hfta_host_probe.py": (
+        [],
+        {"rows": lambda v: len(v) == 4 and all(r["implied_host_consistent"] for r in v),
+         "implied_host_us_per_kernel_min": positive}),
     f"{V}/pipeline_split_probe.py": (
         [],
         {"rows": positive, "families": lambda v: set(v) == {"deepseek", "embedding"}}),
