@@ -35,6 +35,14 @@ def positive_int(cfg: DictConfig, key: str) -> int:
     return value
 
 
+def number(cfg: DictConfig, key: str, ok, allowed: str) -> float:
+    """The number at `key`, where `ok(value)` holds; else a ConfigError naming `key` and `allowed`."""
+    value = OmegaConf.select(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+        raise ConfigError(f"{key}={value!r} is invalid: allowed {allowed}")
+    return float(value)
+
+
 def chosen(names: Any, allowed: list[str], key: str) -> list[str]:
     """`names` (a list, or None for all of `allowed`) checked against `allowed`."""
     if names is None:
@@ -110,7 +118,7 @@ class Context:
         return time.perf_counter() - self.started
 
     def say(self, text: str) -> None:
-        print(f"[{time.perf_counter() - self.started:6.1f} s] {text}", file=sys.stderr, flush=True)
+        print(f"[{self.elapsed_s:6.1f} s] {text}", file=sys.stderr, flush=True)
 
     def job(self, overrides: list[str]):
         return compose_job([*overrides, *self.base])

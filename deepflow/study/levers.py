@@ -38,9 +38,8 @@ def measure(ctx: Context, overrides: list[str], workload: str, variant: str, **e
     job = ctx.job(overrides)
     u = encode_values(job.space, config_values(job))
     point = evaluate_point(job, u)
-    reason = point.row["reason"] if point.row["feasible"] or not point.objective_feasible else "feasible"
-    if point.row["feasible"] and not point.objective_feasible:
-        reason = "power_cap"
+    # the model's reason where it rules the design out, else the objective's power cap where that does
+    reason = point.row["reason"] if not point.row["feasible"] else "feasible" if point.objective_feasible else "power_cap"
     gains = sensitivities(job, u)
     limit = binding_limit(gains, reason)
     run_id = ctx.runs.point(variant, workload, point, f"binding limit: {limit}")

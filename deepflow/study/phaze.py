@@ -16,10 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from deepflow.presets import ConfigError
-from deepflow.study.context import Context, chosen, losses, not_worse, positive_int
+from deepflow.study.context import Context, chosen, losses, not_worse, number, positive_int
 from deepflow.study.points import Point, config_values, encode_values
 
 EXTRA_COLUMNS = ("throughput_seq_per_s", "vs_tpu_v4", "vs_derived")
@@ -34,14 +32,12 @@ def check(cfg, quick: bool) -> tuple[list[str], int, float]:
     if quick and study.get("only") is None:  # quick=true: the smaller models, unless the command names some
         models = quick_models
     budget, quick_budget = positive_int(cfg, "study.budget"), positive_int(cfg, "study.quick_budget")
-    tolerance = OmegaConf.select(cfg, "study.tolerance")
-    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or not 0 < tolerance < 1:
-        raise ConfigError(f"study.tolerance={tolerance!r} is invalid: allowed a fraction between 0 and 1")
+    tolerance = number(cfg, "study.tolerance", lambda v: 0 < v < 1, "a fraction between 0 and 1")
     for m in models:
         placement = study.models[m].get("placement") or {}
         if sorted(placement) != sorted(PLACEMENT):
             raise ConfigError(f"study.models.{m}.placement={dict(placement)!r} is invalid: allowed {{tp, pp, dp}}")
-    return models, quick_budget if quick else budget, float(tolerance)
+    return models, quick_budget if quick else budget, tolerance
 
 
 def preset_point(ctx: Context, overrides: list[str]) -> tuple[Point | None, Any]:
@@ -63,28 +59,47 @@ def preset_point(ctx: Context, overrides: list[str]) -> tuple[Point | None, Any]
     return Point(values={}, design=design, row=row, objective_feasible=True, objective_value=row["step_time_s"]), specs[0]
 
 
+def derived_checks(chip: dict[str, float], spec, tolerance: float) -> dict[str, bool]:
+    """The derived TPU v4 (`Point.chip`, SI) within `tolerance` of the datasheet preset (`spec`, human units)."""
+    checks = {}
+    for name, mine, theirs in (("peak bf16 FLOP/s", chip["peak_bf16_flops_per_s"], spec.peak_tflops_bf16 * 1e12),
+                               ("HBM bandwidth", chip["hbm_bw_bytes_per_s"], spec.hbm_bw_gb_per_s * 1e9),
+                               ("power", chip["tdp_w"], spec.tdp_w)):
+        checks[f"derived TPU v4 {name} within {100 * tolerance:.0f} % of the preset "
+               f"({mine / theirs - 1:+.1%})"] = abs(mine / theirs - 1) <= tolerance
+    return checks
+
+
+def throughputs(rows: list[dict[str, Any]], sequences: int) -> None:
+    """Each row's `throughput_seq_per_s` (sequences / step time; None where infeasible), then its ratio to its
+    model's tpu-v4 and derived rows (`vs_tpu_v4`, `vs_derived`)."""
+    for r in rows:
+        r["throughput_seq_per_s"] = round(sequences / r["step_time_s"], 2) if r["step_time_s"] and r["feasible"] else None
+    for r in rows:
+        for key, variant in (("vs_tpu_v4", "tpu-v4"), ("vs_derived", "derived")):
+            ref = next(x for x in rows if x["workload"] == r["workload"] and x["variant"] == variant)
+            mine, theirs = r["throughput_seq_per_s"], ref["throughput_seq_per_s"]
+            r[key] = round(mine / theirs, 3) if mine and theirs else None
+
+
 def run(ctx: Context) -> dict[str, bool]:
     study = ctx.study
     ctx.reference = "tpu-v4"
     models, budget, tolerance = check(ctx.cfg, ctx.quick)
     jobs = {m: ctx.job([*study.common, *study.models[m].overrides, f"budget={budget}"]) for m in models}
+    # the system, batch and precision of the common overrides: those a datasheet preset's search takes too
+    plain = [o for o in study.common if o.partition("=")[0] in ("system", "system.num_devices", "mapping.global_batch_size",
+                                                                  "++mapping.precision", "++mapping.flash_attention")]
     checks: dict[str, bool] = {}
-    batch = None
     for m in models:
         w, job = study.models[m], jobs[m]
-        batch = int(study.sequences)
-        plain = [o for o in study.common if o.partition("=")[0] in ("system", "system.num_devices", "mapping.global_batch_size",
-                                                                      "++mapping.precision", "++mapping.flash_attention")]
         preset, spec = preset_point(ctx, [f"hardware={study.preset}", *plain, *w.overrides])
         ctx.add(m, "tpu-v4", f"TPU v4 ({study.preset} preset), best placement", preset,
                 ctx.runs.point("tpu-v4", m, preset, "the datasheet preset"))
         derived, run_id = ctx.point(job, config_values(job), m, "derived", "the TPU v4 template's own derivation")
         ctx.add(m, "derived", "TPU v4 derived from its technology and budgets", derived, run_id)
-        for name, mine, theirs in () if m != models[0] else (("peak bf16 FLOP/s", derived.chip["peak_bf16_flops_per_s"], spec.peak_tflops_bf16 * 1e12),
-                                   ("HBM bandwidth", derived.chip["hbm_bw_bytes_per_s"], spec.hbm_bw_gb_per_s * 1e9),
-                                   ("power", derived.chip["tdp_w"], spec.tdp_w)):
-            checks[f"derived TPU v4 {name} within {100 * tolerance:.0f} % of the preset "
-                   f"({mine / theirs - 1:+.1%})"] = abs(mine / theirs - 1) <= tolerance
+        if m == models[0]:  # the same chip for every model
+            checks.update(derived_checks(derived.chip, spec, tolerance))
         held = [*study.common, *w.overrides, f"budget={budget}", "inner=null",
                 *(f"++mapping.{k}={int(v)}" for k, v in w.placement.items()), *(w.get("spotlight_overrides") or [])]
         spot_job = ctx.job(held)
@@ -95,14 +110,7 @@ def run(ctx: Context) -> dict[str, bool]:
                 summary["run_id"])
         best, summary = ctx.search(job, m, "co-designed")
         ctx.add(m, "co-designed", "PHAZE-style: architecture and placement co-designed", best, summary["run_id"])
-    for r in ctx.rows:
-        r["throughput_seq_per_s"] = None if not r["step_time_s"] or not r["feasible"] else round(batch / r["step_time_s"], 2)
-        ref = next(x for x in ctx.rows if x["workload"] == r["workload"] and x["variant"] == "tpu-v4")
-        r["vs_tpu_v4"] = None if not r["throughput_seq_per_s"] or not ref.get("throughput_seq_per_s") else \
-            round(r["throughput_seq_per_s"] / ref["throughput_seq_per_s"], 3)
-        ref = next(x for x in ctx.rows if x["workload"] == r["workload"] and x["variant"] == "derived")
-        r["vs_derived"] = None if not r["throughput_seq_per_s"] or not ref.get("throughput_seq_per_s") else \
-            round(r["throughput_seq_per_s"] / ref["throughput_seq_per_s"], 3)
+    throughputs(ctx.rows, int(study.sequences))
     losses(ctx.rows, reference="tpu-v4")
-    checks.update({k: v for k, v in not_worse([r for r in ctx.rows if r["variant"] != "tpu-v4"], "co-designed").items()})
+    checks.update(not_worse([r for r in ctx.rows if r["variant"] != "tpu-v4"], "co-designed"))
     return checks
