@@ -82,10 +82,12 @@ def cmd_study(argv: list[str]) -> int:
     experiment = str(OmegaConf.select(cfg, "tracking.experiment") or f"study-{name}")
     params = {"study": name, "quick": cfg.quick, "seed": cfg.seed,
               **{f"study.{k}": v for k, v in OmegaConf.to_container(cfg.study, resolve=True).items() if k != "name"}}
-    runs = StudyRuns(uri, experiment, name, output_path(cfg), params)
     base = [f"tracking.uri={uri}", f"tracking.experiment={experiment}", f"output_dir={output_path(cfg) / 'studies' / name}",
             f"seed={cfg.seed}", "output=json"]
-    ctx = Context(cfg=cfg, runs=runs, base=base, quick=bool(cfg.quick))
+    ctx = Context(cfg=cfg, runs=None, base=base, quick=bool(cfg.quick))
+    for overrides in module.configurations(cfg, bool(cfg.quick)):  # composed and checked before any run opens
+        ctx.job(overrides)
+    runs = ctx.runs = StudyRuns(uri, experiment, name, output_path(cfg), params)
     try:
         checks = module.run(ctx)
     except BaseException:

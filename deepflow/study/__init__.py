@@ -4,8 +4,10 @@ A study is a fixed set of variants of one co-design question, each an optimizati
 search through the commands' machinery (`deepflow.run`), all under one parent MLflow run, ending with
 a table, a figure and named checks. It adds no model of its own.
 
-Each study is a module with `run(ctx: deepflow.study.context.Context) -> checks` that appends its rows
-to `ctx.rows`: `STUDIES` names them.
+Each study is a module with `check(cfg, quick)` (its own options), `configurations(cfg, quick)` (the
+overrides of the jobs it knows before it runs, composed and checked before any MLflow run is opened) and
+`run(ctx: deepflow.study.context.Context) -> checks`, which appends its rows to `ctx.rows`: `STUDIES`
+names them.
 """
 
 STUDIES = {"layer-by-layer": "deepflow.study.layer_by_layer",

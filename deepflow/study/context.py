@@ -102,12 +102,13 @@ class Context:
     """One study being run: its config, where its records go, its MLflow runs, its rows."""
 
     cfg: DictConfig
-    runs: StudyRuns
+    runs: Optional[StudyRuns]  # None until the configurations known up front are composed and checked
     base: list[str]  # overrides every job of the study takes (tracking, output folder, seed)
     quick: bool
     reference: str = "the best"  # what a row's loss_pct is measured against (the table's column)
     rows: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
+    jobs: dict[tuple, Any] = field(default_factory=dict, repr=False)  # overrides -> its composed Job
 
     @property
     def study(self) -> DictConfig:
@@ -121,7 +122,12 @@ class Context:
         print(f"[{self.elapsed_s:6.1f} s] {text}", file=sys.stderr, flush=True)
 
     def job(self, overrides: list[str]):
-        return compose_job([*overrides, *self.base])
+        """The checked `Job` of `overrides` and the study's own (composed once: the command composes the
+        study's `configurations` before it opens any run, and the study gets the same jobs back)."""
+        key = (*overrides, *self.base)
+        if key not in self.jobs:
+            self.jobs[key] = compose_job(list(key))
+        return self.jobs[key]
 
     def search(self, job, workload: str, variant: str) -> tuple[Optional[Point], dict]:
         """Run `job` as a child run; its best point (None: nothing feasible) and summary."""

@@ -94,14 +94,19 @@ def check(cfg, quick: bool) -> tuple[list[str], int, int]:
     return (workloads, quick_budget, quick_budget) if quick else (workloads, budget, fixed_budget)
 
 
+def configurations(cfg, quick: bool) -> list[list[str]]:
+    """The overrides of each workload's joint job (its hierarchical co-design experiment)."""
+    workloads, budget, _ = check(cfg, quick)
+    return [[f"experiment={cfg.study.workloads[n].experiment}", *cfg.study.workloads[n].overrides, f"budget={budget}"]
+            for n in workloads]
+
+
 def run(ctx: Context) -> dict[str, bool]:
     study = ctx.study
     ctx.reference = "joint"
     workloads, budget, fixed_budget = check(ctx.cfg, ctx.quick)
-    jobs, joint = {}, {}
-    for name in workloads:  # every job composed and checked before any search runs
-        w = study.workloads[name]
-        jobs[name] = ctx.job([f"experiment={w.experiment}", *w.overrides, f"budget={budget}"])
+    jobs = {name: ctx.job(overrides) for name, overrides in zip(workloads, configurations(ctx.cfg, ctx.quick))}
+    joint = {}
     for name in workloads:
         w, job = study.workloads[name], jobs[name]
         inner = list(w.get("inner") or [])

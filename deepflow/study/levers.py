@@ -115,19 +115,26 @@ def check_values(cfg, workload: str, levers: dict[str, dict]) -> None:
                 raise ConfigError(f"study.levers.{n}: {exc}") from None
 
 
+def mappings(w) -> dict[str, list[str]]:
+    """A workload's mappings: its best (the inner search's: no override) and each fixed one it names."""
+    return {"best": []} | {k: ["inner=null", "space=chip-only", *v] for k, v in (w.get("fixed_mappings") or {}).items()}
+
+
+def configurations(cfg, quick: bool) -> list[list[str]]:
+    """The overrides of each workload's baseline at each of its mappings."""
+    workloads, _ = check(cfg, quick)
+    return [[f"experiment={w.experiment}", *cfg.study.baseline, *w.overrides, *extra]
+            for w in (cfg.study.workloads[n] for n in workloads) for extra in mappings(w).values()]
+
+
 def run(ctx: Context) -> dict[str, bool]:
     study = ctx.study
     ctx.reference = "baseline"
     workloads, levers = check(ctx.cfg, ctx.quick)
-    for name in workloads:  # every configuration composed and checked before anything runs
-        w = study.workloads[name]
-        ctx.job([f"experiment={w.experiment}", *study.baseline, *w.overrides])
     checks: dict[str, bool] = {}
     for name in workloads:
         w = study.workloads[name]
-        mappings = {"best": []} | {k: ["inner=null", "space=chip-only", *v]
-                                   for k, v in (w.get("fixed_mappings") or {}).items()}
-        for mapping, extra in mappings.items():
+        for mapping, extra in mappings(w).items():
             label = name if mapping == "best" else f"{name} ({mapping})"
             base = [f"experiment={w.experiment}", *study.baseline, *w.overrides, *extra]
             ctx.say(f"{label}: baseline and {len(levers)} levers")

@@ -82,6 +82,20 @@ def throughputs(rows: list[dict[str, Any]], sequences: int) -> None:
             r[key] = round(mine / theirs, 3) if mine and theirs else None
 
 
+def held(cfg, model: str, budget: int) -> list[str]:
+    """The overrides of a model's Spotlight-style search: the architecture, PHAZE's placement held."""
+    study, w = cfg.study, cfg.study.models[model]
+    return [*study.common, *w.overrides, f"budget={budget}", "inner=null",
+            *(f"++mapping.{k}={int(v)}" for k, v in w.placement.items()), *(w.get("spotlight_overrides") or [])]
+
+
+def configurations(cfg, quick: bool) -> list[list[str]]:
+    """The overrides of each model's co-design and Spotlight-style searches."""
+    models, budget, _ = check(cfg, quick)
+    return [o for m in models for o in ([*cfg.study.common, *cfg.study.models[m].overrides, f"budget={budget}"],
+                                        held(cfg, m, budget))]
+
+
 def run(ctx: Context) -> dict[str, bool]:
     study = ctx.study
     ctx.reference = "tpu-v4"
@@ -100,9 +114,7 @@ def run(ctx: Context) -> dict[str, bool]:
         ctx.add(m, "derived", "TPU v4 derived from its technology and budgets", derived, run_id)
         if m == models[0]:  # the same chip for every model
             checks.update(derived_checks(derived.chip, spec, tolerance))
-        held = [*study.common, *w.overrides, f"budget={budget}", "inner=null",
-                *(f"++mapping.{k}={int(v)}" for k, v in w.placement.items()), *(w.get("spotlight_overrides") or [])]
-        spot_job = ctx.job(held)
+        spot_job = ctx.job(held(ctx.cfg, m, budget))
         spot_job.initial = encode_values(spot_job.space, config_values(spot_job))  # both searches start at TPU v4
         job.initial = encode_values(job.space, derived.values)
         spot, summary = ctx.search(spot_job, m, "spotlight")

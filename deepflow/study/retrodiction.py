@@ -37,6 +37,14 @@ def check(cfg, quick: bool) -> tuple[list[str], int, float]:
     return cases, quick_budget if quick else budget, max_gain
 
 
+def configurations(cfg, quick: bool) -> list[list[str]]:
+    """The overrides of each case's co-design search and of its search within the real chip's bounds."""
+    cases, budget, _ = check(cfg, quick)
+    study = cfg.study
+    return [[*study.base, *study.cases[c].overrides, f"budget={budget}", *extra]
+            for c in cases for extra in ([], ["space=chip-real-bounds"])]
+
+
 def run(ctx: Context) -> dict[str, bool]:
     study = ctx.study
     ctx.reference = "real"

@@ -105,6 +105,10 @@ def test_retrodiction_ratios_and_gain_checks(tmp_path):
     (["technology-levers", "study.levers.die_area.values=[-5]"], "study.levers.die_area: chip.die_area_mm2"),
     (["retrodiction", "study.max_gain=0.5"], "study.max_gain=0.5 is invalid"),
     (["layer-by-layer", "quick=maybe"], "quick='maybe' is invalid: allowed true or false"),
+    # a workload's own configuration, composed before the parent run opens
+    (["retrodiction", "study.cases.a100-gpt3-175b.overrides=['model=gpt9']"], "model='gpt9' is not a known preset"),
+    (["layer-by-layer", "study.workloads.llama3-70b.overrides=['system.num_devices=-8']"], "system.num_devices"),
+    (["phaze-tpuv4", "study.models.bert-large.placement.tp=0", "study.only=[bert-large]"], "tp"),
     ([], "name the study"),
 ])
 def test_bad_study_input_is_one_named_line(tmp_path, monkeypatch, capsys, argv, needle):
