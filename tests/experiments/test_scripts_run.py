@@ -103,6 +103,13 @@ SMOKE = {
     f"{V}/release_spread.py": (
         [],
         {"pairs": positive, "measured_ratio_median": lambda v: v >= 1.0, "residual_max": lambda v: v >= 1.0}),
+    f"{V}/sustained_clock_probe.py": (
+        [],
+        {"rows": lambda v: len(v) == 6 and sum(r["fitted"] for r in v) == 1
+         and all(abs(r["clock_error"]) < 0.01 for r in v if r["fitted"])  # e_nom puts its own reading on the curve
+         and all(r["predicted_power_w"] <= 700.0 + 1e-6 for r in v),  # nothing runs above the limit
+         "h100_gemm_at_datasheet_clock_w": lambda v: v > 700.0,  # the datasheet peak does not fit the limit
+         "max_abs_clock_error": fraction}),
     f"{V}/unstated_stack_probe.py": (
         [],
         {"rows": positive, "stack_columns": lambda v: len(v) > 0, "typed": lambda v: fraction(v["mape"]),
