@@ -289,7 +289,11 @@ class BayesianOptimization:
         n_init = self.n_init if self.n_init is not None else 2 * (space.dim + 1)
         if history.n < n_init:
             return SobolSearch().propose(space, history, min(q, n_init - history.n), seed)
-        with torch_threads(self.num_threads):
+        # BoTorch draws from torch's global generator where no seed reaches it (the samples that prune the
+        # baseline of qLogNEI, the priors a failed GP fit restarts from): seeded here from `seed` and restored
+        # after, a proposal is a function of (history, seed) alone, whatever the process ran before
+        with torch_threads(self.num_threads), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed % (2**63))
             return self._propose(space, history, q, seed)
 
     def _propose(self, space: DesignSpace, history: History, q: int, seed: int) -> torch.Tensor:
