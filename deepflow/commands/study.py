@@ -26,6 +26,15 @@ from deepflow.presets import ConfigError
 CONFIG_NAME = "study"
 
 
+def _known(name: str) -> str:
+    """`name` where it names a study, else a ConfigError naming the studies."""
+    from deepflow.study import STUDIES
+
+    if name not in STUDIES:
+        raise ConfigError(f"study {name!r} is not known: allowed {', '.join(STUDIES)}")
+    return name
+
+
 def _name_and_overrides(argv: list[str]) -> list[str]:
     from deepflow.study import STUDIES
 
@@ -33,21 +42,17 @@ def _name_and_overrides(argv: list[str]) -> list[str]:
         if not any(a.partition("=")[0] == "study" for a in argv):
             raise ConfigError(f"study: name the study: deepflow study <name> [overrides]; allowed {', '.join(STUDIES)}")
         return list(argv)
-    name = argv[0]
-    if name not in STUDIES:
-        raise ConfigError(f"study {name!r} is not known: allowed {', '.join(STUDIES)}")
-    return [f"study={name}", *argv[1:]]
+    return [f"study={_known(argv[0])}", *argv[1:]]
 
 
 def compose(argv: list[str]):
     """The checked study config of a command line."""
     from deepflow.config import compose_config, option
-    from deepflow.study import STUDIES
 
     overrides = _name_and_overrides(argv)
     for o in overrides:
-        if o.partition("=")[0] == "study" and o.partition("=")[2] not in STUDIES:
-            raise ConfigError(f"study {o.partition('=')[2]!r} is not known: allowed {', '.join(STUDIES)}")
+        if o.partition("=")[0] == "study":
+            _known(o.partition("=")[2])
     cfg = compose_config(overrides, CONFIG_NAME)
     option(cfg, "output", ("table", "json"))
     if not isinstance(cfg.quick, bool):

@@ -326,7 +326,7 @@ class BayesianOptimization:
 
         The objectives' score is computed for every choice; the constraint terms (log probabilities,
         <= 0) only in blocks of choices in decreasing order of that score, stopping once the next
-        block's objective score is below the `screen`-th best full score: no later choice can then
+        block's objective score is below the `keep`-th best full score: no later choice can then
         enter the top (the same choices as scoring all, at a fraction of the constraint GPs' cost)."""
         models = acqf.model.models if isinstance(acqf.model, ModelListGP) else [acqf.model]
         m, cons, best, k = self._m, self._cons, self._best, min(keep or self.screen, choices.shape[0])

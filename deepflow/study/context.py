@@ -43,6 +43,11 @@ def number(cfg: DictConfig, key: str, ok, allowed: str) -> float:
     return float(value)
 
 
+def unknown(key: str, value: Any, allowed: list[str]) -> ConfigError:
+    """The error of a name `value` at `key` that is not one of `allowed`."""
+    return ConfigError(f"{key}={value!r} is not known: allowed {', '.join(allowed)}")
+
+
 def chosen(names: Any, allowed: list[str], key: str) -> list[str]:
     """`names` (a list, or None for all of `allowed`) checked against `allowed`."""
     if names is None:
@@ -50,7 +55,7 @@ def chosen(names: Any, allowed: list[str], key: str) -> list[str]:
     names = list(names) if not isinstance(names, str) else [names]
     for name in names:
         if name not in allowed:
-            raise ConfigError(f"{key}={name!r} is not known: allowed {', '.join(allowed)}")
+            raise unknown(key, name, allowed)
     if not names:
         raise ConfigError(f"{key}=[] is invalid: allowed a non-empty list of {', '.join(allowed)}")
     return names

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from deepflow.study.context import Context, chosen, losses, mapping_overrides, not_worse, positive_int
+from deepflow.study.context import Context, chosen, losses, mapping_overrides, not_worse, positive_int, unknown
 from deepflow.study.points import config_values, encode_values, evaluate_values
 
 VARIANTS = ("today", "fixed-mapping", "sequential", "cross-workload", "joint")
@@ -60,8 +60,8 @@ def best_inner(job, values: dict[str, Any], inner: list[str]):
     for name in inner:
         p = params[name]
         if p.kind == "continuous":
-            raise ctx_error("study.workloads.<name>.inner", name, [q.name for q in job.space.parameters
-                                                                   if q.kind != "continuous"])
+            raise unknown("study.workloads.<name>.inner", name, [q.name for q in job.space.parameters
+                                                                 if q.kind != "continuous"])
         grids.append(list(p.choices) if p.kind == "categorical" else
                      [int(v) for v in p.values.tolist()])
     points = [encode_values(job.space, {**values, **dict(zip(inner, combo))}) for combo in itertools.product(*grids)]
@@ -90,7 +90,7 @@ def check(cfg, quick: bool) -> tuple[list[str], int, int]:
     for name in study.workloads:
         cross = study.workloads[name].get("cross")
         if cross is not None and cross not in study.workloads:
-            raise ctx_error(f"study.workloads.{name}.cross", cross, list(study.workloads))
+            raise unknown(f"study.workloads.{name}.cross", cross, list(study.workloads))
     return (workloads, quick_budget, quick_budget) if quick else (workloads, budget, fixed_budget)
 
 
@@ -146,9 +146,3 @@ def run(ctx: Context) -> dict[str, bool]:
     ctx.rows.sort(key=lambda r: (workloads.index(r["workload"]), order[r["variant"]]))
     losses(ctx.rows, reference="joint")
     return not_worse(ctx.rows, "joint")
-
-
-def ctx_error(key: str, value: Any, allowed: list[str]):
-    from deepflow.presets import ConfigError
-
-    return ConfigError(f"{key}={value!r} is not known: allowed {', '.join(allowed)}")

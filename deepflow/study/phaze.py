@@ -82,25 +82,29 @@ def throughputs(rows: list[dict[str, Any]], sequences: int) -> None:
             r[key] = round(mine / theirs, 3) if mine and theirs else None
 
 
+def codesign(cfg, model: str, budget: int) -> list[str]:
+    """The overrides of a model's PHAZE-style search: the architecture and the placement together."""
+    return [*cfg.study.common, *cfg.study.models[model].overrides, f"budget={budget}"]
+
+
 def held(cfg, model: str, budget: int) -> list[str]:
     """The overrides of a model's Spotlight-style search: the architecture, PHAZE's placement held."""
-    study, w = cfg.study, cfg.study.models[model]
-    return [*study.common, *w.overrides, f"budget={budget}", "inner=null",
+    w = cfg.study.models[model]
+    return [*codesign(cfg, model, budget), "inner=null",
             *(f"++mapping.{k}={int(v)}" for k, v in w.placement.items()), *(w.get("spotlight_overrides") or [])]
 
 
 def configurations(cfg, quick: bool) -> list[list[str]]:
     """The overrides of each model's co-design and Spotlight-style searches."""
     models, budget, _ = check(cfg, quick)
-    return [o for m in models for o in ([*cfg.study.common, *cfg.study.models[m].overrides, f"budget={budget}"],
-                                        held(cfg, m, budget))]
+    return [o for m in models for o in (codesign(cfg, m, budget), held(cfg, m, budget))]
 
 
 def run(ctx: Context) -> dict[str, bool]:
     study = ctx.study
     ctx.reference = "tpu-v4"
     models, budget, tolerance = check(ctx.cfg, ctx.quick)
-    jobs = {m: ctx.job([*study.common, *study.models[m].overrides, f"budget={budget}"]) for m in models}
+    jobs = {m: ctx.job(codesign(ctx.cfg, m, budget)) for m in models}
     # the system, batch and precision of the common overrides: those a datasheet preset's search takes too
     plain = [o for o in study.common if o.partition("=")[0] in ("system", "system.num_devices", "mapping.global_batch_size",
                                                                   "++mapping.precision", "++mapping.flash_attention")]

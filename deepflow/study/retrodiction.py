@@ -17,6 +17,7 @@ from deepflow.study.context import Context, chosen, losses, number, positive_int
 from deepflow.study.points import config_values, encode_values
 
 EXTRA_COLUMNS = ("flop_per_hbm_byte", "sram_kib_per_unit", "scale_up_byte_per_kflop")
+BOUNDED = "space=chip-real-bounds"  # the search within the real chip's compute share and scale-up domain
 
 
 def ratios(chip: dict[str, float]) -> dict[str, float]:
@@ -37,19 +38,21 @@ def check(cfg, quick: bool) -> tuple[list[str], int, float]:
     return cases, quick_budget if quick else budget, max_gain
 
 
+def case_overrides(cfg, case: str, budget: int, *extra: str) -> list[str]:
+    """The overrides of a case's co-design search (`extra`: of a variant of it)."""
+    return [*cfg.study.base, *cfg.study.cases[case].overrides, f"budget={budget}", *extra]
+
+
 def configurations(cfg, quick: bool) -> list[list[str]]:
     """The overrides of each case's co-design search and of its search within the real chip's bounds."""
     cases, budget, _ = check(cfg, quick)
-    study = cfg.study
-    return [[*study.base, *study.cases[c].overrides, f"budget={budget}", *extra]
-            for c in cases for extra in ([], ["space=chip-real-bounds"])]
+    return [case_overrides(cfg, c, budget, *extra) for c in cases for extra in ([], [BOUNDED])]
 
 
 def run(ctx: Context) -> dict[str, bool]:
-    study = ctx.study
     ctx.reference = "real"
     cases, budget, max_gain = check(ctx.cfg, ctx.quick)
-    jobs = {c: ctx.job([*study.base, *study.cases[c].overrides, f"budget={budget}"]) for c in cases}
+    jobs = {c: ctx.job(case_overrides(ctx.cfg, c, budget)) for c in cases}
     checks: dict[str, bool] = {}
     for case in cases:
         job = jobs[case]
@@ -58,7 +61,7 @@ def run(ctx: Context) -> dict[str, bool]:
         best, summary = ctx.search(job, case, "co-designed")
         designed = ctx.add(case, "co-designed", "co-designed at the same budgets", best, summary["run_id"],
                            **(ratios(best.chip) if best is not None else {}))
-        bounded_job = ctx.job([*study.base, *study.cases[case].overrides, f"budget={budget}", "space=chip-real-bounds"])
+        bounded_job = ctx.job(case_overrides(ctx.cfg, case, budget, BOUNDED))
         bounded_job.initial = encode_values(bounded_job.space, config_values(bounded_job))  # starts from the real chip
         best, summary = ctx.search(bounded_job, case, "within-real-bounds")
         bounded = ctx.add(case, "within-real-bounds", "co-designed, compute share <= 0.5, scale-up domain and lanes held",
