@@ -33,6 +33,16 @@ def lever_overrides(lever, value) -> list[str]:
     return [f"{lever['field']}={value}", *(f"{key}={value}" for key in lever.get("also") or [])]
 
 
+def combination_overrides(levers: dict[str, dict], combination: dict[str, Any]) -> list[str]:
+    """The overrides that set each lever of `combination` (`{lever: value}`)."""
+    return [o for n, v in combination.items() for o in lever_overrides(levers[n], v)]
+
+
+def baseline(cfg, w, extra: tuple[str, ...] | list[str] = ()) -> list[str]:
+    """The overrides of workload `w`'s baseline (`extra`: its fixed mapping's)."""
+    return [f"experiment={w.experiment}", *cfg.study.baseline, *w.overrides, *extra]
+
+
 def measure(ctx: Context, overrides: list[str], workload: str, variant: str, **extra: Any) -> dict[str, Any]:
     """One point: the template chip of `overrides`, its mapping, its binding limit; a row and a child run."""
     job = ctx.job(overrides)
@@ -71,7 +81,7 @@ def best_combination(ctx: Context, base: list[str], levers: dict[str, dict], wor
                 if current.get(n) == value:
                     continue
                 trial = {**current, n: value}
-                time_s = _objective(ctx, [*base, *(o for k, v in trial.items() for o in lever_overrides(levers[k], v))])
+                time_s = _objective(ctx, [*base, *combination_overrides(levers, trial)])
                 if time_s < best * (1 - 1e-9):
                     current, best, improved = trial, time_s, True
         if not improved:
@@ -99,12 +109,9 @@ def check(cfg, quick: bool) -> tuple[list[str], dict[str, dict]]:
 def check_values(cfg, workload: str, levers: dict[str, dict]) -> None:
     """Every lever value a valid chip (the chip spec's own checks: an unknown node, a negative area), named
     as `study.levers.<lever>`, before anything runs."""
-    from omegaconf import OmegaConf
-
     from deepflow.config import chip_from_config, compose_config
 
-    w = cfg.study.workloads[workload]
-    base = compose_config([f"experiment={w.experiment}", *cfg.study.baseline, *w.overrides], "optimize")
+    base = compose_config(baseline(cfg, cfg.study.workloads[workload]), "optimize")
     for n, lever in levers.items():
         for value in lever["values"]:
             trial = base.copy()
@@ -123,8 +130,8 @@ def mappings(w) -> dict[str, list[str]]:
 def configurations(cfg, quick: bool) -> list[list[str]]:
     """The overrides of each workload's baseline at each of its mappings."""
     workloads, _ = check(cfg, quick)
-    return [[f"experiment={w.experiment}", *cfg.study.baseline, *w.overrides, *extra]
-            for w in (cfg.study.workloads[n] for n in workloads) for extra in mappings(w).values()]
+    return [baseline(cfg, w, extra) for w in (cfg.study.workloads[n] for n in workloads)
+            for extra in mappings(w).values()]
 
 
 def run(ctx: Context) -> dict[str, bool]:
@@ -136,14 +143,14 @@ def run(ctx: Context) -> dict[str, bool]:
         w = study.workloads[name]
         for mapping, extra in mappings(w).items():
             label = name if mapping == "best" else f"{name} ({mapping})"
-            base = [f"experiment={w.experiment}", *study.baseline, *w.overrides, *extra]
+            base = baseline(ctx.cfg, w, extra)
             ctx.say(f"{label}: baseline and {len(levers)} levers")
             measure(ctx, base, label, "baseline", lever=None, value=None)
             for n, lever in levers.items():
                 for value in lever_values(lever, ctx.quick):
                     measure(ctx, [*base, *lever_overrides(lever, value)], label, f"{n}={value}", lever=n, value=value)
             combination = best_combination(ctx, base, levers, label, passes=1 if ctx.quick else 2)
-            row = measure(ctx, [*base, *(o for n, v in combination.items() for o in lever_overrides(levers[n], v))],
+            row = measure(ctx, [*base, *combination_overrides(levers, combination)],
                           label, "best combination", lever="all", value=", ".join(f"{n}={v}" for n, v in combination.items()))
             for other in [r for r in ctx.rows if r["workload"] == label and r["lever"] not in (None, "all")]:
                 if other["feasible"]:
