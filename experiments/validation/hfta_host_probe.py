@@ -39,22 +39,29 @@ def gemm_layers(model_name: str) -> int:
     return sum(isinstance(op, (cnns.Conv, cnns.Linear, cnns.Transform)) for op in network.ops)
 
 
+def device_times(data: str):
+    """Per row of an HFTA file: `(row, d_1, d_B, alone)`, the model's device step time (s) of one job alone
+    (baseline precision) and of the row's B fused jobs, and the one job's design batch."""
+    from analytical import evaluate, stack_designs
+    from deepflow.ratios import _specs, read_hfta
+
+    for _, row in read_hfta(data).iterrows():
+        fused = stack_designs(*[[x] for x in _specs(row, str(row["precision"]), int(row["fused_jobs"]))])
+        alone = stack_designs(*[[x] for x in _specs(row, str(row["baseline_precision"]), 1)])
+        yield row, float(evaluate(alone).step_time_s[0]), float(evaluate(fused).step_time_s[0]), alone
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(HERE / "hfta_speedups.csv"))
     parser.add_argument("--optimizer-kernels-per-tensor", type=float, default=4.0)
     args = parser.parse_args()
 
-    from analytical import evaluate, stack_designs
     from analytical.step.cnn import cnn_terms
-    from deepflow.ratios import _specs, read_hfta
 
     rows = []
-    for _, row in read_hfta(args.data).iterrows():
+    for row, d_1, d_b, alone in device_times(args.data):
         jobs, published = int(row["fused_jobs"]), float(row["published_speedup"])
-        fused = stack_designs(*[[x] for x in _specs(row, str(row["precision"]), jobs)])
-        alone = stack_designs(*[[x] for x in _specs(row, str(row["baseline_precision"]), 1)])
-        d_b, d_1 = float(evaluate(fused).step_time_s[0]), float(evaluate(alone).step_time_s[0])
         gemms = gemm_layers(str(row["model"]))
         kernels = 3 * gemms + 2 * float(cnn_terms(alone).memory_bound_kernels[0]) \
             + args.optimizer_kernels_per_tensor * 2 * gemms

@@ -94,6 +94,14 @@ SMOKE = {
         [],
         {"rows": lambda v: len(v) == 4 and all(r["implied_host_consistent"] for r in v),
          "implied_host_us_per_kernel_min": positive}),
+    f"{V}/hfta_input_probe.py": (
+        ["--points", "1000", "--repeats", "2"],
+        {"parsers": lambda v: set(v) == {"c_loadtxt_1000", "python_parser_1000"}
+         and all(p["loader_ms_per_step"] > 0 and len(p["rows"]) == 4 for p in v.values())
+         # the slower (Python-level) parser's longer loader can only raise a fused speedup, never lower it
+         and all(slow["predicted_speedup"] >= fast["predicted_speedup"] > 0 for fast, slow
+                 in zip(v["c_loadtxt_1000"]["rows"], v["python_parser_1000"]["rows"])),
+         "device_only_mape": fraction}),
     f"{V}/pipeline_split_probe.py": (
         [],
         {"rows": positive, "families": lambda v: set(v) == {"deepseek", "embedding"}}),
