@@ -4,7 +4,6 @@ loop) and `resume_job` (continue a killed run from its record, nothing re-evalua
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import sys
@@ -26,6 +25,7 @@ from deepflow.run.mlflow_sink import MlflowSink, client_for, log_params
 from deepflow.run.objectives import OUTCOME_LABELS
 from deepflow.tracking import experiment_id_for
 from deepflow.run.store import RunStore, point_columns
+from deepflow.run.warm_start import fit_prior
 
 
 class OptimizationRun:
@@ -196,42 +196,24 @@ def _warm_start(job: Job, store: RunStore, quiet: bool):
         print(f"warm start skipped: {job.warm_start['skipped']}", file=sys.stderr, flush=True)
     if not samples:
         return None
-    from surrogates import load_surrogate, model_class
-    from surrogates.columns import DesignColumns
-    from surrogates.training import fill_input_dims
-
     directory = store.directory / "surrogate"
     if (directory / "config.json").is_file():
+        from surrogates import load_surrogate
+
         return load_surrogate(directory)
-    start = time.perf_counter()
-    X = job.space.sample(samples, method="sobol", seed=job.seed + 7919)
-    Y, feasible, C, result = job.objective.evaluate(job.space, X)
-    # the surrogate learns the objectives and the modelled constraint margins (memory, power) side by
-    # side, on every valid mapping (feasible, or over memory / power: their times are still the
-    # model's), so BO's constraint GPs get the same prior as its objective GPs
-    margins = C[:, job.objective.modelled_constraints]
-    Y = torch.cat([Y, margins], dim=-1)
-    valid = (C[:, job.objective.constraint_names.index("other")] <= 0) & torch.isfinite(Y).all(-1)
-    cls = model_class(job.warm_start.get("model"))
-    # the input encodings of the space (snapped bins, one-hot categoricals, ...), as training gives them
-    params = fill_input_dims(dict(job.warm_start.get("params") or {}), inspect.signature(cls.__init__).parameters,
-                             DesignColumns(job.space.parameters))
-    rows = valid if int(valid.sum()) >= 2 else torch.ones_like(valid)
-    model = cls(**params).fit(X[rows], Y[rows])
-    model.save(directory)
-    frame = pd.DataFrame(X.numpy(), columns=point_columns(job.space.dim))
-    names = job.objective.outcome_names + [f"constraint_{job.objective.constraint_names[j]}"
-                                           for j in job.objective.modelled_constraints]
-    for j, name in enumerate(names):
-        frame[name] = Y[:, j].numpy()
-    frame["feasible"] = feasible.numpy()
+    prior = fit_prior(job, samples, seed=job.seed + 7919)
+    prior.model.save(directory)
+    frame = pd.DataFrame(prior.X.numpy(), columns=point_columns(job.space.dim))
+    for j, name in enumerate(prior.names):
+        frame[name] = prior.Y[:, j].numpy()
+    frame["feasible"] = prior.feasible.numpy()
     frame.to_parquet(store.directory / "warm_start_samples.parquet", index=False)
-    store.update_state(warm_start={"samples": samples, "feasible": int(feasible.sum()), "model": cls.__name__,
-                                   "fit_s": time.perf_counter() - start})
+    feasible, name = int(prior.feasible.sum()), type(prior.model).__name__
+    store.update_state(warm_start={"samples": samples, "feasible": feasible, "model": name, "fit_s": prior.fit_s})
     if not quiet:
-        print(f"warm start: {samples} Sobol samples ({int(feasible.sum())} feasible), {cls.__name__} fitted in "
-              f"{time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-    return model
+        print(f"warm start: {samples} Sobol samples ({feasible} feasible), {name} fitted in {prior.fit_s:.1f} s",
+              file=sys.stderr, flush=True)
+    return prior.model
 
 
 def start_job(job: Job, client, parent: Optional[dict] = None, hydra_dir: Optional[str] = None,

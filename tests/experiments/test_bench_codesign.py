@@ -62,3 +62,12 @@ def test_best_known_design_still_evaluates_to_its_record(experiment):
         f"{experiment}'s best-known design now evaluates to {math.exp(float(Y[0, 0]))} s, recorded {entry['value']}: "
         f"the model or the experiment changed; rerun experiments/benchmarks/best_known.py --write")
     assert entry["command"].startswith("python experiments/benchmarks/")
+
+
+def test_bench_codesign_warm_starts_bo_on_samples_apart_from_the_budget():
+    e = "llama3-70b-n5-codesign"
+    out = last_json([str(BENCH / "bench_codesign.py"), "--experiments", e, "--budget", "8", "--seeds", "1",
+                     "--strategies", "bo", "--overrides", "strategy.n_init=4", "warm_start.samples=32",
+                     "warm_start.model=MLPEnsemble", "+warm_start.params={n_members:2,hidden:[8],max_epochs:2}"])
+    assert out[f"{e}_bo_warm_samples"] == 32 and out[f"{e}_bo_warm_median_s"] > 0.0
+    assert out[f"{e}_bo_median_best_at_8"] is None or out[f"{e}_bo_median_best_at_8"] >= out[f"{e}_best_known_s"]
