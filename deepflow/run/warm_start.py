@@ -1,7 +1,7 @@
 """The warm start of BO: a surrogate fitted on Sobol samples the analytical model labels in one batch,
 which becomes the GP's prior mean (`BayesianOptimization(prior=...)`).
 
-`fit_prior(job)` is the whole of it, without storage: `deepflow optimize` (`deepflow.run.execute`)
+`fit_prior(job, samples, seed)` is the whole of it, without storage: `deepflow optimize` (`deepflow.run.execute`)
 saves the model and the samples beside the run; the co-design benchmark calls it per seed. The
 samples are NOT verified evaluations of the run: they are counted apart (`job.warm_start.samples`)."""
 
