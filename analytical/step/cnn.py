@@ -2,7 +2,9 @@
 image size.
 
 A convolution runs as an implicit GEMM (cuDNN's default algorithm family): per image an
-(H_out W_out) x c_out output, reducing over c_in k^2; a fully connected layer is a 1 x c_out GEMM
+(H_out W_out) x c_out output, reducing over c_in k^2. A 3 x 3 stride-1 convolution in fp32 (CUDA
+cores, no tensor cores) runs as a Winograd minimal-filtering convolution instead, with fewer
+multiplies (`WINOGRAD_MULTIPLY_REDUCTION`, `executed_gemms`); a fully connected layer is a 1 x c_out GEMM
 per image; a point network (PointNet) is the same over points, with kernels of width 1. Batch
 norm, ReLU, residual additions and pooling are memory-bound kernels. Activations
 kept for the backward pass follow PyTorch's eager autograd: a convolution followed by batch norm
@@ -28,6 +30,12 @@ from analytical.design import DesignBatch, per_evaluation
 # GEMM slots of the widest network (convolutions and FC layers)
 MAX_SLOTS = max(sum(isinstance(op, (Conv, Linear, Transform)) for op in net.ops) for net in ARCHITECTURES.values())
 INDEX_BYTES = 8.0  # max pooling's saved argmax indices are int64 (PyTorch max_pool2d_with_indices)
+# Lavin & Gray 2016, "Fast Algorithms for Convolutional Neural Networks" (CVPR, arXiv 1509.09308): Winograd's
+# F(2x2, 3x3) computes a 2 x 2 output tile of a 3 x 3 filter with (2 + 3 - 1)^2 = 16 multiplies where direct
+# convolution takes 2^2 x 3^2 = 36, 2.25x fewer (F(4x4, 3x3): 4x, the paper's "up to a factor of 4"); cuDNN
+# offers it for 3 x 3 stride-1 convolutions, forward, backward-data and backward-filter. The smallest tile's
+# factor is taken: the larger tiles' transforms cost memory traffic the model does not price.
+WINOGRAD_MULTIPLY_REDUCTION = 16.0 / 36.0  # multiplies per output, Winograd F(2x2, 3x3) over direct
 
 
 @per_evaluation
@@ -57,22 +65,23 @@ class CnnTerms:
     memory_bound_elements: torch.Tensor
     memory_bound_kernels: torch.Tensor
     backward_transient_elements: torch.Tensor
+    winograd: torch.Tensor
 
 
 def _conv_out(size: torch.Tensor, kernel: int, stride: int, padding: int) -> torch.Tensor:
     return torch.floor((size + 2 * padding - kernel) / stride) + 1.0
 
 
-def _walk(net: Network, image: torch.Tensor, classes: torch.Tensor) -> tuple[list, list, list, dict]:
+def _walk(net: Network, image: torch.Tensor, classes: torch.Tensor) -> tuple[list, list, list, dict, list]:
     """One network over `(batch,)` image sizes (points, for a point network): its GEMM slots
-    `(m, n, k)` per image and its summed per-image terms."""
+    `(m, n, k, winograd)` per image and its summed per-image terms."""
     zero = torch.zeros_like(image)
     one_d = net.points
 
     def area(size: torch.Tensor) -> torch.Tensor:  # spatial positions of a feature map
         return size if one_d else size * size
 
-    ms, ns, ks = [], [], []
+    ms, ns, ks, wino = [], [], [], []
     terms = dict(params=zero, kept=3.0 * area(image), index=zero, mb=zero, kernels=zero, largest=zero)
 
     def add(key: str, value) -> None:
@@ -92,6 +101,7 @@ def _walk(net: Network, image: torch.Tensor, classes: torch.Tensor) -> tuple[lis
             ms.append(area(out))
             ns.append(zero + op.c_out)
             ks.append(zero + op.c_in * kernel_area)
+            wino.append(zero + float(op.kernel == 3 and op.stride == 1 and not one_d))
             add("params", op.c_out * op.c_in * kernel_area + op.bias * op.c_out + op.bn * 2 * op.c_out)
             add("kept", elements * (1.0 + float(op.bn and op.relu)))
             add("mb", elements * (3.0 * op.bn + 2.0 * op.relu))
@@ -117,6 +127,7 @@ def _walk(net: Network, image: torch.Tensor, classes: torch.Tensor) -> tuple[lis
             ms.append(zero + 1.0)
             ns.append(c_out)
             ks.append(zero + op.c_in)
+            wino.append(zero)
             add("params", (op.c_in + 1.0 + 2.0 * op.bn) * c_out)
             add("kept", c_out * (float(op.bn) + float(op.relu)))
             add("mb", c_out * (3.0 * op.bn + 2.0 * op.relu))
@@ -127,9 +138,10 @@ def _walk(net: Network, image: torch.Tensor, classes: torch.Tensor) -> tuple[lis
             ms.append(area(block_in))
             ns.append(zero + op.c)
             ks.append(zero + op.c)
+            wino.append(zero)
             add("kept", elements)
             size, channels = block_in, float(op.c)
-    return ms, ns, ks, terms
+    return ms, ns, ks, terms, wino
 
 
 @per_evaluation
@@ -145,7 +157,7 @@ def cnn_terms(d: DesignBatch) -> CnnTerms:
     slots = MAX_SLOTS  # the widest network's, whichever are present (chunking cannot change a sum)
     zero = torch.zeros_like(d.tp)
     shapes = []
-    for column in range(3):
+    for column in (0, 1, 2, 4):
         table = torch.zeros(d.batch_size, slots, dtype=d.tp.dtype, device=d.tp.device)
         for mask, walk in walks:
             values = walk[column]
@@ -157,4 +169,5 @@ def cnn_terms(d: DesignBatch) -> CnnTerms:
 
     return CnnTerms(m=shapes[0], n=shapes[1], k=shapes[2], params=summed("params"), kept_elements=summed("kept"),
                     index_bytes=summed("index"), memory_bound_elements=summed("mb"),
-                    memory_bound_kernels=summed("kernels"), backward_transient_elements=2.0 * summed("largest"))
+                    memory_bound_kernels=summed("kernels"), backward_transient_elements=2.0 * summed("largest"),
+                    winograd=shapes[3])

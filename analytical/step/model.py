@@ -40,8 +40,9 @@ from analytical.step.memory import (activation_bytes_per_layer, any_fsdp_unshard
                                     sharded_params, weight_groups)
 from analytical.step.param_bytes import adam_step_bytes_per_param, grad_bytes_per_param, sp_gather_bytes_per_element
 from analytical.step.workload import (CORE_SLOTS, GEMM_SLOTS, Gemms, activation_bytes_per_element, any_expert_tp,
-                                      any_parameter_server, attention_core_flops, attention_score_elements, expert_tp,
-                                      flash_qkvo_bytes, fuse_jobs, gemm_bytes_per_element, is_kind, is_moe, is_narrow,
+                                      any_parameter_server, attention_core_flops, attention_score_elements,
+                                      executed_gemms, expert_tp, flash_qkvo_bytes, fuse_jobs, gemm_bytes_per_element,
+                                      is_kind, is_moe, is_narrow,
                                       layer_forward_flops_per_sequence, layer_gemms, local_tokens, logit_gemm_flops,
                                       memory_bound_bytes_per_layer, mlp_tp, model_flops_per_step, routed_copies,
                                       slot_sum, stage_layers)
@@ -335,8 +336,9 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     peak = torch.clamp_min(peak_raw, 1e9)  # keeps unsupported precisions finite; flagged below
     elem = activation_bytes_per_element(d)
     links = _links(d, eff)
-    gemms = layer_gemms(d)
-    layer = _layer_compute(d, gemms, peak, elem, eff)
+    gemms = layer_gemms(d)  # the direct algorithms' table: model FLOPs (MFU)
+    executed = executed_gemms(d, gemms)  # as the kernels run it (Winograd convolutions): time and energy
+    layer = _layer_compute(d, executed, peak, elem, eff)
     comm = _model_parallel_comm(d, layer, links, elem, eff)
     # a layer's forward and backward wall times: compute and exposed tp / cp / ep traffic (and host waits, below)
     pass_fwd = layer.forward + comm["tp_fwd"] + comm["cp_fwd"] + comm["ep_fwd"]
@@ -427,7 +429,7 @@ def _evaluate_chunk(d: DesignBatch, eff: Efficiency) -> StepResult:
     reason = mapping_reasons(d, peak_raw)
     oom = memory_total > d.hbm_bytes
     reason = torch.where((reason == 0) & oom, int(Reason.OUT_OF_MEMORY), reason)
-    energy_parts = energy.step_energy(d, gemms, params, step_time, step_time - breakdown["pipeline_bubble"])
+    energy_parts = energy.step_energy(d, executed, params, step_time, step_time - breakdown["pipeline_bubble"])
     energy_totals = energy.energy_summary(d, energy_parts, step_time)
     reason = energy.power_reason(reason, energy_totals["avg_power_w"], d.tdp_w)
 

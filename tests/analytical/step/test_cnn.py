@@ -9,8 +9,8 @@ import torch
 from analytical import MappingSpec, ModelSpec, evaluate, single_design, stack_designs
 from analytical.codes import Reason
 from analytical.specs import SpecError
-from analytical.step.cnn import cnn_terms
-from analytical.step.workload import GEMM_SLOTS, layer_gemms, total_params
+from analytical.step.cnn import WINOGRAD_MULTIPLY_REDUCTION, cnn_terms
+from analytical.step.workload import GEMM_SLOTS, executed_gemms, layer_gemms, total_params
 
 DP = MappingSpec(name="dp", micro_batch_size=32, global_batch_size=32, precision="fp32", flash_attention=False)
 
@@ -47,6 +47,53 @@ def test_a_convolution_is_an_implicit_gemm(a100, system):
     assert float(gemms.m[0, first]) == 32 * 112 * 112
     assert float(gemms.n[0, first]) == 64 and float(gemms.k[0, first]) == 3 * 49
     assert float(gemms.m[0, :first].abs().sum()) == 0.0  # no Transformer slot is used
+
+
+def test_only_two_dimensional_3x3_stride_1_convolutions_are_winograd(a100, system):
+    vgg = cnn_terms(single_design(a100, system, cnn("vgg16"), DP))
+    assert float(vgg.winograd[0].sum()) == 13  # VGG-16's 13 convolutions (3x3, stride 1), not its 3 FC layers
+    resnet = cnn_terms(single_design(a100, system, cnn("resnet18"), DP))
+    # ResNet-18's 16 3x3 convolutions less the 3 that open a downsampling stage with stride 2; not the 7x7/2
+    # stem, the 3 1x1/2 shortcuts or the classifier (21 slots)
+    assert float(resnet.winograd[0].sum()) == 13 and float(resnet.winograd[0, 0]) == 0.0
+    assert int((resnet.n[0] > 0).sum()) == 21
+    pointnet = cnn_terms(single_design(a100, system, cnn("pointnet_cls", 1024, 40), DP))
+    assert float(pointnet.winograd[0].sum()) == 0.0  # width-1 kernels over points
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_fp32_convolutions_run_with_winograd_multiplies_and_keep_their_model_flops(a100, system, precision):
+    """In fp32 (CUDA cores) a 3x3 stride-1 convolution executes 16/36 of the direct multiplies (Winograd F(2x2,
+    3x3), Lavin & Gray 2016): the step's GEMM work shrinks, its model FLOPs (MFU) do not; on tensor cores
+    (fp16) the implicit GEMM runs as it is."""
+    mapping = MappingSpec(name="m", micro_batch_size=32, global_batch_size=32, precision=precision,
+                          flash_attention=False)
+    design = single_design(a100, system, cnn("vgg16"), mapping)
+    direct = layer_gemms(design)
+    executed = executed_gemms(design, direct)
+    winograd = cnn_terms(design).winograd[0]
+    first = len(GEMM_SLOTS)
+    flops = 2.0 * direct.m[0, first:] * direct.n[0, first:] * direct.k[0, first:]
+    expected = (flops * (1.0 - winograd * (1.0 - WINOGRAD_MULTIPLY_REDUCTION))).sum() if precision == "fp32" \
+        else flops.sum()
+    assert float(executed.flops()[0]) == pytest.approx(float(expected))
+    assert float(direct.flops()[0]) == pytest.approx(float(flops.sum()))
+    result = evaluate(design)
+    assert float(result.model_flops[0]) / (6.0 * 32) == pytest.approx(15.47e9, rel=0.02)  # direct MACs, as published
+
+
+def test_an_fp32_vgg_step_computes_faster_than_direct_convolution_at_peak(a100, system):
+    """BytePS's V100 clusters trained VGG-16 (fp32) at 17 TFLOPS of direct-convolution work on 15.7 TFLOPS
+    parts (experiments/validation/ps_vs_allreduce.csv): only a fast algorithm does that, and the model's
+    fp32 step now does too."""
+    mapping = MappingSpec(name="dp8", micro_batch_size=32, global_batch_size=256, precision="fp32",
+                          flash_attention=False)
+    result = evaluate(single_design(a100, system, cnn("vgg16"), mapping))  # 8 devices, 32 images each
+    assert bool(result.feasible[0])
+    compute_s = float(result.time_breakdown_s["forward_compute"][0] + result.time_breakdown_s["backward_compute"][0])
+    direct_at_peak_s = float(result.model_flops[0]) / 8 / (a100.peak_tflops_fp32 * 1e12)
+    assert compute_s < direct_at_peak_s
+    assert float(result.mfu[0]) > 1.0  # MFU counts the direct convolution's FLOPs (as the published counts do)
 
 
 def test_a_cifar_image_shrinks_every_layer(a100, system):
