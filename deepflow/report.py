@@ -84,7 +84,8 @@ def step_table(row: dict, hbm_bytes: float, tdp_w: float = 0.0, token: str = "to
     summary = [
         ("feasible", "yes" if row["feasible"] else "NO: " + REASON_TEXT[reason]),
         ("step time", _fmt_time(row["step_time_s"]).strip()),
-        ("MFU / HFU", f"{row['mfu'] * 100:.1f} % / {row['hfu'] * 100:.1f} %"),
+        ("MFU / HFU", f"{row['mfu'] * 100:.1f} % / {row['hfu'] * 100:.1f} %"
+         + (" (of the direct algorithms' FLOPs: fast convolutions do fewer)" if row["mfu"] > 1.0 else "")),
         (f"{token}s per s", f"{row['tokens_per_s']:,.0f}"),
         ("energy per step", f"{_fmt_energy(row['energy_j']).strip()} (all devices)"),
         (f"energy per {token}", _fmt_energy(row["energy_per_token_j"]).strip()),

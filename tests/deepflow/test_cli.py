@@ -53,6 +53,16 @@ def test_evaluate_fused_cnn_jobs_compares_them_with_serial_ones():
     assert "images per s" in table.stdout and "energy per image" in table.stdout
 
 
+def test_an_fp32_vgg_says_why_its_mfu_passes_100_percent():
+    """fp32 3x3 convolutions run as Winograd (fewer multiplies) while MFU counts the direct FLOPs."""
+    args = ("model=vgg16", "hardware=v100-sxm2-32gb", "system=dgx-v100-cluster", "system.num_devices=8",
+            "mapping=data-parallel", "mapping.micro_batch_size=64", "mapping.global_batch_size=512")
+    fp32, fp16 = (run("evaluate", *args, f"mapping.precision={p}") for p in ("fp32", "fp16"))
+    assert fp32.returncode == 0 and fp16.returncode == 0, fp32.stderr + fp16.stderr
+    assert "of the direct algorithms' FLOPs" in fp32.stdout
+    assert "of the direct algorithms' FLOPs" not in fp16.stdout
+
+
 @pytest.mark.parametrize("args, needle", [
     (("evaluate", "model=gpt-nonexistent"), "model='gpt-nonexistent' is not a known preset"),
     (("evaluate", "hardware=a100"), "hardware='a100' is not a known preset"),
