@@ -19,12 +19,13 @@ Every function returns per-image quantities for a whole batch: `(batch, slots)` 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
 from analytical.cnns import ARCHITECTURES, CLASSES, Add, Block, Conv, Linear, Network, Pool, Transform
-from analytical.codes import CNN_ARCH_CODES, KIND_CODES
+from analytical.codes import CNN_ARCH_CODES, KIND_CODES, PRECISION_CODES
 from analytical.design import DesignBatch, per_evaluation
 
 # GEMM slots of the widest network (convolutions and FC layers)
@@ -171,3 +172,18 @@ def cnn_terms(d: DesignBatch) -> CnnTerms:
                     index_bytes=summed("index"), memory_bound_elements=summed("mb"),
                     memory_bound_kernels=summed("kernels"), backward_transient_elements=2.0 * summed("largest"),
                     winograd=shapes[3])
+
+
+def executed_gemms(d: DesignBatch, gemms):
+    """The GEMM table (`workload.Gemms`, from `workload.layer_gemms`) as the kernels execute it: a CNN's
+    3 x 3 stride-1 convolutions in fp32 (CUDA cores) run as Winograd convolutions (`WINOGRAD_MULTIPLY_REDUCTION`
+    of the multiplies, in their reduction dimension k: forward, input- and weight-gradient alike,
+    `Gemms.backward`); every other slot as it is. The step's time and energy take this table, its model FLOPs
+    (MFU) the direct one."""
+    if not any_cnn(d):
+        return gemms
+    winograd = cnn_terms(d).winograd
+    slots = torch.zeros_like(gemms.k)
+    slots[:, gemms.k.shape[-1] - winograd.shape[-1]:] = winograd  # the CNN slots come last (`layer_gemms`)
+    fp32 = (d.precision == PRECISION_CODES["fp32"]).to(gemms.k.dtype).unsqueeze(-1)
+    return dataclasses.replace(gemms, k=gemms.k * (1.0 - fp32 * slots * (1.0 - WINOGRAD_MULTIPLY_REDUCTION)))

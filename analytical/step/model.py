@@ -27,6 +27,7 @@ from analytical.result import StepResult
 from analytical.step import collectives as coll
 from analytical.step import energy
 from analytical.step.attention import any_mla, attention_query_tiles, head_dim, is_mla, kv_width
+from analytical.step.cnn import executed_gemms
 from analytical.step.eager_ops import eager_ops
 from analytical.step.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from analytical.step.feasibility import mapping_reasons, peak_for_precision
@@ -40,9 +41,8 @@ from analytical.step.memory import (activation_bytes_per_layer, any_fsdp_unshard
                                     sharded_params, weight_groups)
 from analytical.step.param_bytes import adam_step_bytes_per_param, grad_bytes_per_param, sp_gather_bytes_per_element
 from analytical.step.workload import (CORE_SLOTS, GEMM_SLOTS, Gemms, activation_bytes_per_element, any_expert_tp,
-                                      any_parameter_server, attention_core_flops, attention_score_elements,
-                                      executed_gemms, expert_tp, flash_qkvo_bytes, fuse_jobs, gemm_bytes_per_element,
-                                      is_kind, is_moe, is_narrow,
+                                      any_parameter_server, attention_core_flops, attention_score_elements, expert_tp,
+                                      flash_qkvo_bytes, fuse_jobs, gemm_bytes_per_element, is_kind, is_moe, is_narrow,
                                       layer_forward_flops_per_sequence, layer_gemms, local_tokens, logit_gemm_flops,
                                       memory_bound_bytes_per_layer, mlp_tp, model_flops_per_step, routed_copies,
                                       slot_sum, stage_layers)

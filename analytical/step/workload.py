@@ -20,7 +20,7 @@ from analytical.design import DesignBatch, any_set, per_evaluation, sequence_par
 from analytical.step.attention import (any_window, attention_out_width, attention_params, attention_width,
                                        causal_keys_per_query, head_dim, qk_head_dim, qkv_projection_width,
                                        value_head_dim)
-from analytical.step.cnn import WINOGRAD_MULTIPLY_REDUCTION, any_cnn, cnn_terms
+from analytical.step.cnn import any_cnn, cnn_terms
 
 GEMM_SLOTS = ("qkv", "attention_scores", "attention_values", "attention_out", "ffn_up", "ffn_down",
               "router", "recurrent")
@@ -246,21 +246,6 @@ def layer_gemms(d: DesignBatch) -> Gemms:
     gemms = Gemms(stack(slots_m), stack(slots_n), stack(slots_k), stack(slots_count),
                   stack(slots_serial) + zero.unsqueeze(-1))
     return _fused(d, gemms) if any_fused(d) else gemms
-
-
-def executed_gemms(d: DesignBatch, gemms: Gemms) -> Gemms:
-    """The GEMM table as the kernels execute it: a CNN's 3 x 3 stride-1 convolutions in fp32 (CUDA cores)
-    run as Winograd convolutions (`cnn.WINOGRAD_MULTIPLY_REDUCTION` of the multiplies, in their reduction
-    dimension k: forward, input- and weight-gradient alike, `Gemms.backward`); every other slot as it is.
-    The step's time and energy take this table, its model FLOPs (MFU) the direct one."""
-    if not any_cnn(d):
-        return gemms
-    winograd = cnn_terms(d).winograd
-    slots = torch.zeros_like(gemms.k)
-    slots[:, gemms.k.shape[-1] - winograd.shape[-1]:] = winograd  # the CNN slots come last (`layer_gemms`)
-    fp32 = (d.precision == PRECISION_CODES["fp32"]).to(gemms.k.dtype).unsqueeze(-1)
-    scale = 1.0 - fp32 * slots * (1.0 - WINOGRAD_MULTIPLY_REDUCTION)
-    return Gemms(gemms.m, gemms.n, gemms.k * scale, gemms.count, gemms.serial)
 
 
 @per_evaluation

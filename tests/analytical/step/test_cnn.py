@@ -9,8 +9,8 @@ import torch
 from analytical import MappingSpec, ModelSpec, evaluate, single_design, stack_designs
 from analytical.codes import Reason
 from analytical.specs import SpecError
-from analytical.step.cnn import WINOGRAD_MULTIPLY_REDUCTION, cnn_terms
-from analytical.step.workload import GEMM_SLOTS, executed_gemms, layer_gemms, total_params
+from analytical.step.cnn import WINOGRAD_MULTIPLY_REDUCTION, cnn_terms, executed_gemms
+from analytical.step.workload import GEMM_SLOTS, layer_gemms, total_params
 
 DP = MappingSpec(name="dp", micro_batch_size=32, global_batch_size=32, precision="fp32", flash_attention=False)
 
