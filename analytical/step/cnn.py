@@ -34,7 +34,8 @@ INDEX_BYTES = 8.0  # max pooling's saved argmax indices are int64 (PyTorch max_p
 # Lavin & Gray 2016, "Fast Algorithms for Convolutional Neural Networks" (CVPR, arXiv 1509.09308): Winograd's
 # F(2x2, 3x3) computes a 2 x 2 output tile of a 3 x 3 filter with (2 + 3 - 1)^2 = 16 multiplies where direct
 # convolution takes 2^2 x 3^2 = 36, 2.25x fewer (F(4x4, 3x3): 4x, the paper's "up to a factor of 4"); cuDNN
-# offers it for 3 x 3 stride-1 convolutions, forward, backward-data and backward-filter. The smallest tile's
+# offers it for 3 x 3 stride-1 convolutions, forward, backward-data and backward-filter (the WINOGRAD and
+# WINOGRAD_NONFUSED members of cudnnConvolutionFwdAlgo_t / BwdDataAlgo_t / BwdFilterAlgo_t). The smallest tile's
 # factor is taken: the larger tiles' transforms cost memory traffic the model does not price.
 WINOGRAD_MULTIPLY_REDUCTION = 16.0 / 36.0  # multiplies per output, Winograd F(2x2, 3x3) over direct
 
