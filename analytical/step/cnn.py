@@ -74,7 +74,7 @@ def _conv_out(size: torch.Tensor, kernel: int, stride: int, padding: int) -> tor
     return torch.floor((size + 2 * padding - kernel) / stride) + 1.0
 
 
-def _walk(net: Network, image: torch.Tensor, classes: torch.Tensor) -> tuple[list, list, list, dict, list]:
+def _walk(net: Network, image: torch.Tensor, classes: torch.Tensor) -> tuple[list, list, list, list, dict]:
     """One network over `(batch,)` image sizes (points, for a point network): its GEMM slots
     `(m, n, k, winograd)` per image and its summed per-image terms."""
     zero = torch.zeros_like(image)
@@ -143,7 +143,7 @@ def _walk(net: Network, image: torch.Tensor, classes: torch.Tensor) -> tuple[lis
             wino.append(zero)
             add("kept", elements)
             size, channels = block_in, float(op.c)
-    return ms, ns, ks, terms, wino
+    return ms, ns, ks, wino, terms
 
 
 @per_evaluation
@@ -159,7 +159,7 @@ def cnn_terms(d: DesignBatch) -> CnnTerms:
     slots = MAX_SLOTS  # the widest network's, whichever are present (chunking cannot change a sum)
     zero = torch.zeros_like(d.tp)
     shapes = []
-    for column in (0, 1, 2, 4):
+    for column in range(4):
         table = torch.zeros(d.batch_size, slots, dtype=d.tp.dtype, device=d.tp.device)
         for mask, walk in walks:
             values = walk[column]
@@ -167,7 +167,7 @@ def cnn_terms(d: DesignBatch) -> CnnTerms:
         shapes.append(table)
 
     def summed(key: str) -> torch.Tensor:
-        return sum((mask * walk[3][key] for mask, walk in walks), zero)
+        return sum((mask * walk[4][key] for mask, walk in walks), zero)
 
     return CnnTerms(m=shapes[0], n=shapes[1], k=shapes[2], params=summed("params"), kept_elements=summed("kept"),
                     index_bytes=summed("index"), memory_bound_elements=summed("mb"),
