@@ -14,6 +14,13 @@ it; `bench_codesign.py` also offers every design its runs find (`--write-best-kn
 holds the best design any search of ours has found. Each entry keeps the design's unit-cube point,
 so the suite checks that it still evaluates to the recorded value (tests/experiments/).
 
+`--polish` searches no more: it starts from each recorded design and moves one coordinate at a time
+(`polish`: every bin of a discrete parameter; a grid of points around a continuous one, at widths of
+0.1, 0.01 and 0.002 of the unit cube), taking every improvement, until no coordinate improves. The
+step time is not smooth in the chip's splits (a GEMM runs in whole waves of tiles over the compute
+units, so one unit more can shorten a step by several per cent and the next ones lengthen it), and
+an evolution run's best point is not always the best of its own neighbourhood.
+
 Ends with one JSON line: per experiment the best value found here and the recorded one.
 """
 
@@ -103,6 +110,59 @@ def search_job(task: dict) -> dict:
     return out
 
 
+POLISH_WIDTHS = ((0.1, 41), (0.01, 21), (0.002, 21))  # (half-width on the unit cube, grid points) per pass
+
+
+def polish(job, u: torch.Tensor, widths=POLISH_WIDTHS) -> tuple[torch.Tensor, float, int]:
+    """Coordinate search from the point `u d`: for each width in turn, sweep the coordinates (every
+    other bin of a discrete one, at the first width only; `points` values within +- width of a
+    continuous one), keep each improvement, until a sweep improves nothing. Returns the best point,
+    its value (log objective, inf where nothing is feasible) and the evaluations spent."""
+    space = job.space
+
+    def value(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        X = X[space.known_feasible(X)]
+        if X.shape[0] == 0:
+            return X, torch.empty(0, dtype=torch.float64)
+        Y, feasible, _, _ = job.objective.evaluate(space, X)
+        return X, torch.where(feasible, Y[:, 0], torch.full_like(Y[:, 0], math.inf))
+
+    u = u.clone()
+    _, y = value(u[None])
+    best, spent = float(y[0]) if y.numel() else math.inf, 1
+    for first, (width, points) in zip((True, False, False), widths):
+        improved = True
+        while improved:
+            improved = False
+            for i, p in enumerate(space.parameters):
+                if math.isinf(p.cardinality):
+                    values = (u[i] + torch.linspace(-width, width, points, dtype=torch.float64)).clamp(0.0, 1.0)
+                elif first and p.cardinality > 1:
+                    values = (torch.arange(int(p.cardinality), dtype=torch.float64) + 0.5) / p.cardinality
+                else:
+                    continue
+                X = u.repeat(values.numel(), 1)
+                X[:, i] = values
+                X, y = value(X)
+                spent += X.shape[0]
+                if y.numel() and float(y.min()) < best - 1e-12:
+                    k = int(torch.argmin(y))
+                    best, u, improved = float(y[k]), X[k].clone(), True
+    return u, best, spent
+
+
+def polish_job(task: dict) -> dict:
+    """Polish one experiment's recorded design in a worker: its best point, as `best_of` gives it."""
+    warnings.simplefilter("ignore")
+    job = compose(task["experiment"])
+    start = time.perf_counter()
+    u, y, spent = polish(job, torch.tensor(task["u"], dtype=torch.float64))
+    out = {"value": math.exp(y), "u": [float(v) for v in u], "design": design_of(job, u[None])} \
+        if math.isfinite(y) else {"value": None}
+    out.update(wall_s=round(time.perf_counter() - start, 1), evaluations=spent)
+    return out
+
+
 def recorded() -> dict:
     return json.loads(BEST_KNOWN.read_text()) if BEST_KNOWN.exists() else {}
 
@@ -122,6 +182,14 @@ def offer(experiment: str, found: dict, command: str) -> bool:
     return True
 
 
+def offer_projections(experiment: str, command: str, out: dict) -> None:
+    """Offer the experiment's record every other experiment's recorded design that projects onto it."""
+    for source, found in projections(experiment, recorded()):
+        print(f"[{experiment}] {source}'s best-known design projected here: {found['value']}", flush=True)
+        if offer(experiment, found, f"{command} (the best-known design of {source}, projected)"):
+            out[f"{experiment}_written"] = f"projected from {source}"
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiments", nargs="+", default=list(EXPERIMENTS))
@@ -130,7 +198,11 @@ def main(argv=None) -> None:
     parser.add_argument("--strategy", default="evolution", choices=["evolution", "random", "sobol"])
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--write", action="store_true", help=f"record improvements in {BEST_KNOWN.name}")
+    parser.add_argument("--polish", action="store_true",
+                        help="no search: a coordinate search from each recorded design (module docstring)")
     args = parser.parse_args(argv)
+    if args.polish:
+        return polish_main(args)
     if args.evaluations < args.runs or args.runs < 1:
         parser.error("--evaluations must be at least --runs >= 1")
     torch.set_num_threads(1)
@@ -157,10 +229,32 @@ def main(argv=None) -> None:
             command = (f"python experiments/benchmarks/best_known.py --experiments {e} --evaluations "
                        f"{args.evaluations} --runs {args.runs} --strategy {args.strategy} --write")
             out[f"{e}_written"] = offer(e, best, command)
-            for source, found in projections(e, recorded()):
-                print(f"[{e}] {source}'s best-known design projected here: {found['value']}", flush=True)
-                if offer(e, found, f"{command} (the best-known design of {source}, projected)"):
-                    out[f"{e}_written"] = f"projected from {source}"
+            offer_projections(e, command, out)
+    print(json.dumps(out))
+
+
+def polish_main(args) -> None:
+    """`--polish`: each recorded design's coordinate search, offered to the record with `--write`."""
+    torch.set_num_threads(1)
+    table = recorded()
+    missing = [e for e in args.experiments if e not in table]
+    if missing:
+        raise SystemExit(f"--polish: no recorded design for {', '.join(missing)} (search first)")
+    start = time.perf_counter()
+    results = run_jobs(polish_job, [{"experiment": e, "u": table[e]["u"]} for e in args.experiments], args.workers)
+    out: dict = {"polish": True, "wall_s": round(time.perf_counter() - start, 1), "cpu_count": os.cpu_count()}
+    for e, found in zip(args.experiments, results):
+        old = table[e]["value"]
+        out[f"{e}_found"], out[f"{e}_recorded"], out[f"{e}_evaluations"] = found["value"], old, found["evaluations"]
+        print(f"[{e}] polished from {old}: {found['value']} ({found['evaluations']} evaluations, "
+              f"{found['wall_s']} s)", flush=True)
+        if args.write:
+            command = (f"python experiments/benchmarks/best_known.py --experiments {e} --polish --write "
+                       f"(from: {table[e]['command']})")
+            out[f"{e}_written"] = offer(e, found, command)
+    if args.write:  # a design polished on one space may map onto another's
+        for e in args.experiments:
+            offer_projections(e, table[e]["command"], out)
     print(json.dumps(out))
 
 

@@ -73,6 +73,13 @@ SMOKE = {
         {"device": lambda v: v == "cpu",
          "rows": lambda v: [r["seq"] for r in v] == [256, 256]
          and all(0 < x <= 1 for r in v for x in r["predicted_ratio"])}),  # a window of 128 keys costs no more
+    f"{B}/landscape.py": (  # the flat experiment has no inner search: 5 slices of 5 designs in about a second
+        ["--experiments", "llama3-70b-n5-codesign", "--points", "5", "--width", "0.02"],
+        {"points": lambda v: v == 5,
+         # the record is polished (best_known.py --polish): no design on a slice through it is faster
+         "llama3-70b-n5-codesign/area_compute_fraction": lambda v: len(v["step_time_s"]) == 5
+         and min(x for x in v["step_time_s"] if x is not None) == v["step_time_s"][2] and v["largest_jump"] >= 0,
+         "llama3-70b-n5-codesign/power_memory_fraction": lambda v: all(x is None or x > 0 for x in v["step_time_s"])}),
     f"{B}/pareto_space.py": (
         ["--tiny"],
         {"grid": lambda v: v == 2880, "feasible": positive,
