@@ -63,6 +63,9 @@ UNITS = {"TFLOP/s": 1e12, "TB/s": 1e12, "GB/s": 1e9, "Gbit/s": 1e9 / 8.0, "GiB":
          "us": 1e-6}
 # accelerator fields a chip derivation produces (a space with a chip cannot also vary them)
 DERIVED_FIELDS = DESIGN_FIELDS[:DESIGN_FIELDS.index("num_devices")]
+# the derived chip's figures BO's GPs take beside the unit-cube point (`DesignSpace.chip_features`)
+CHIP_FEATURES = ("peak_bf16_flops_per_s", "hbm_bw_bytes_per_s", "hbm_bytes", "scale_up_bw_bytes_per_s",
+                 "scale_out_bw_bytes_per_s", "compute_units")
 TENSOR_PEAKS = ("peak_tf32_flops_per_s", "peak_fp16_flops_per_s", "peak_bf16_flops_per_s", "peak_fp8_flops_per_s",
                 "peak_fp4_flops_per_s")
 
@@ -257,6 +260,15 @@ class DesignSpace:
         batch = t.expand(u.shape[0]).replace(**values)
         dp = batch.num_devices / (batch.tp * batch.pp * batch.cp)
         return batch.replace(dp=torch.clamp_min(dp, 1.0)), derived
+
+    def chip_features(self, u: torch.Tensor) -> Optional[torch.Tensor]:
+        """`(n, len(CHIP_FEATURES))` figures of the chips the points derive (SI units; None without a
+        chip template): what the step model sees of a chip, so smoother in them than in the splits that
+        make it (each split reaches the step through min()s of area, power and shoreline bounds)."""
+        if self.chip is None or not self.chip_names:
+            return None
+        derived = derive(self.chip_batch(u.detach()))
+        return torch.stack([derived.accelerator[name] for name in CHIP_FEATURES], dim=-1)
 
     def splits_hold(self, u: torch.Tensor) -> torch.Tensor:
         """`(n,)` bool: every implied split fraction (`1 - the others`) is >= 0."""

@@ -105,6 +105,9 @@ class BestMappingSpace:
     def known_feasible(self, u: torch.Tensor) -> torch.Tensor:
         return self.outer.splits_hold(u)
 
+    def chip_features(self, u: torch.Tensor) -> Optional[torch.Tensor]:
+        return self.outer.chip_features(u)
+
     def sample(self, n: int, method: str = "sobol", seed: int = 0, known_feasible: bool = True,
                max_draws: int = 64) -> torch.Tensor:
         return sample_unit_cube(self.outer.name, self.dim, n, method, seed,

@@ -18,6 +18,15 @@ Models (exact GPs, noise-free: the analytical model is deterministic, so `train_
   Hamming-distance kernel on these, their scaled sum plus their scaled product) computed with the
   faster, value-for-value identical `HammingKernel`; else `SingleTaskGP` with its default kernel
   (RBF ARD, lengthscale prior scaled with the dimension);
+- on a chip space searched by candidates (`chip_features`, on by default; not with a surrogate prior),
+  each GP's inputs are the point and the logs of its derived chip's figures
+  (`analytical.space.CHIP_FEATURES`: peak FLOP/s, memory bandwidth and capacity, scale-up and
+  scale-out bandwidth, compute units; those that vary among the training rows, scaled to [0, 1] over
+  them), computed by the chip derivation alone (~4 ms for 4,096 points). The step time reaches the
+  splits through min()s of area, power and shoreline bounds, so it has kinks along them where it is
+  smooth in the figures; with the figures BO's median best at 100 evaluations moved from +2.24 / +1.79 /
+  +4.36 / +22.5 % to +0.68 / +0.31 / +2.01 / +7.62 % of the best-known design on the MoE, hierarchical,
+  joint and flat co-design experiments (README, "Optimizer: co-design benchmark");
 - hyperparameters: maximum marginal likelihood, L-BFGS-B, at most `fit_maxiter` iterations from the
   default initialisation, or with `warm_start` at most `fit_maxiter_warm` from the same GP's previous
   fit. Warm starting is 5x cheaper at n = 500 and reaches a HIGHER likelihood, yet it searched worse
@@ -84,7 +93,7 @@ from botorch.acquisition.objective import GenericMCObjective
 from botorch.exceptions.warnings import OptimizationWarning
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import ModelListGP, SingleTaskGP
-from botorch.optim import optimize_acqf, optimize_acqf_discrete, optimize_acqf_mixed_alternating
+from botorch.optim import optimize_acqf_discrete
 from botorch.sampling import SobolQMCNormalSampler
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
@@ -92,11 +101,12 @@ from analytical.codes import DTYPE
 from analytical.search import torch_threads
 from analytical.space import DesignSpace
 from analytical.specs import SpecError
+from deepflow.strategies.alternating import optimize_mixed
 from deepflow.strategies.base import History, check_q, design_keys
 from deepflow.strategies.candidates import SCALES, candidate_set
 from deepflow.strategies.gp_parts import NOISE_FRACTION, SurrogateMean, hyperparameters, log_ei, marginals, mixed_kernel
-from deepflow.strategies.random_search import SobolSearch, fresh
-from deepflow.strategies.space_grid import bin_centres, cat_dims, enumerate_space, grid_ids, snap, space_key
+from deepflow.strategies.random_search import SobolSearch
+from deepflow.strategies.space_grid import cat_dims, enumerate_space, grid_ids, snap, space_key
 
 SCREEN_BLOCK = 4096  # choices per block of the screen's constraint terms
 LIKELY_PENALTY = 1e6  # subtracted from the screen score of a choice below min_feasibility
@@ -126,6 +136,8 @@ class BayesianOptimization:
       designs the moves start from; min_feasibility: the least modelled probability of feasibility of
       a candidate that goes on to the acquisition; candidate_screen: how many candidates the analytic screen
       keeps for the MC acquisition (512: the same search as 2,048 on the joint space at half the time, README).
+    chip_features: on a chip space searched by candidates, the GPs also take the derived chip's
+      figures (module docstring).
     prior: an optional fitted surrogate (see `SurrogateMean`); prior_targets: its column per objective;
       prior_constraint_targets: `{constraint column of History.C: surrogate column}` for the
       constraints whose GPs take the surrogate as prior mean too (the memory and power margins).
@@ -140,7 +152,8 @@ class BayesianOptimization:
                  num_threads: Optional[int] = 1, warm_start: bool = False, fit_maxiter_warm: int = 20,
                  prior_constraint_targets: Optional[dict[int, int]] = None, mixed: str = "candidates",
                  n_local: int = 3072, n_global: int = 1024, centres: int = 4, min_feasibility: float = 0.8,
-                 scales: Optional[list[float]] = None, candidate_screen: int = 512):
+                 scales: Optional[list[float]] = None, candidate_screen: int = 512,
+                 chip_features: bool = True):
         self.n_init = n_init
         self.num_restarts = num_restarts
         self.raw_samples = raw_samples
@@ -164,6 +177,7 @@ class BayesianOptimization:
         self.min_feasibility = min_feasibility
         self.scales = scales
         self.candidate_screen = candidate_screen
+        self.chip_features = chip_features
         if scales is not None and (not scales or any(isinstance(x, bool) or not isinstance(x, (int, float)) or x <= 0
                                                      for x in scales)):
             raise SpecError("strategy[bo]", "scales", scales, "null or a list of positive step lengths (unit cube)")
@@ -184,8 +198,11 @@ class BayesianOptimization:
             raise SpecError("strategy[bo]", "ref_point", ref_point, "two numbers (Y units) or None")
         if not isinstance(warm_start, bool):
             raise SpecError("strategy[bo]", "warm_start", warm_start, "true or false")
+        if not isinstance(chip_features, bool):
+            raise SpecError("strategy[bo]", "chip_features", chip_features, "true or false")
         self._enumerated: dict[tuple, torch.Tensor] = {}
         self._hyperparameters: dict[tuple, dict[str, torch.Tensor]] = {}  # warm start: latest fit per key
+        self._features = None  # during a proposal with chip features: (space.chip_features, columns, low, span)
 
     # ----------------------------------------------------------------------------------- models
     def _gp(self, space: DesignSpace, X: torch.Tensor, y: torch.Tensor, target: Optional[int] = None,
@@ -197,7 +214,7 @@ class BayesianOptimization:
         Yvar = torch.full_like(Y, NOISE_FRACTION * max(var, 1e-12))
         cats = cat_dims(space)
         if cats and len(cats) < space.dim:
-            model = SingleTaskGP(X, Y, train_Yvar=Yvar, covar_module=mixed_kernel(space.dim, cats))
+            model = SingleTaskGP(X, Y, train_Yvar=Yvar, covar_module=mixed_kernel(X.shape[-1], cats))
         else:
             model = SingleTaskGP(X, Y, train_Yvar=Yvar)
         if target is not None and self.prior is not None:
@@ -227,7 +244,7 @@ class BayesianOptimization:
         for i, k in enumerate(keys):
             first.setdefault(k, i)
         idx = torch.tensor(sorted(first.values()))
-        X, Y, feas = Xs[idx], history.Y[idx], history.feasible[idx]
+        X, Y, feas = self._inputs(Xs[idx], fit=True), history.Y[idx], history.feasible[idx]
         C = history.C[idx] if history.C is not None else torch.zeros(len(idx), 0, dtype=DTYPE)
         rows = feas if int(feas.sum()) >= 2 else torch.ones_like(feas)
         skey = space_key(space)
@@ -243,6 +260,20 @@ class BayesianOptimization:
                 cons.append(len(models) - 1)
         model = models[0] if len(models) == 1 else ModelListGP(*models)
         return model, X, Y, feas, cons
+
+    def _inputs(self, X: torch.Tensor, fit: bool = False) -> torch.Tensor:
+        """The GPs' inputs of the points `X n x d`: X itself, or during a proposal with chip features
+        `n x (d + f)`: X and the logs of its derived chip's figures that vary among the training rows,
+        scaled to [0, 1] over them (`fit=True` sets that scale from X, the training rows)."""
+        if self._features is None:
+            return X
+        features = torch.log(self._features[0](X).clamp_min(1e-30))
+        if fit:
+            low, high = features.min(0).values, features.max(0).values
+            columns = (high - low) > 1e-9 * high.abs().clamp_min(1.0)
+            self._features = (self._features[0], columns, low[columns], (high - low)[columns])
+        _, columns, low, span = self._features
+        return torch.cat([X, (features[:, columns] - low) / span], dim=-1)
 
     def acquisition(self, space: DesignSpace, history: History, seed: int):
         start = time.perf_counter()
@@ -297,15 +328,52 @@ class BayesianOptimization:
             return self._propose(space, history, q, seed)
 
     def _propose(self, space: DesignSpace, history: History, q: int, seed: int) -> torch.Tensor:
-        acqf = self.acquisition(space, history, seed)
         choices = self._discrete_choices(space)
+        self._features = self._feature_source(space) if choices is None and self.mixed == "candidates" else None
+        try:
+            return self._propose_from(space, history, q, seed, choices)
+        finally:
+            self._features = None
+
+    def _feature_source(self, space: DesignSpace) -> Optional[tuple]:
+        """The start of `_features` where the GPs take chip features on `space` (module docstring), else None."""
+        features = getattr(space, "chip_features", None)
+        if not self.chip_features or self.prior is not None or features is None:
+            return None
+        return None if features(torch.full((1, space.dim), 0.5, dtype=DTYPE)) is None else (features, None, None, None)
+
+    def predictor(self, space: DesignSpace, X: torch.Tensor, y: torch.Tensor):
+        """`predict(X' m x d) -> (mean m, variance m)`: the GP a proposal on the candidate set would fit to
+        the designs `X n x d` with values `y n` (chip features included where they apply), to measure its
+        predictions (`experiments/benchmarks/gp_features.py`)."""
+        self._features = self._feature_source(space)
+        try:
+            gp = self._gp(space, self._inputs(X, fit=True), y)
+            features = self._features
+        finally:
+            self._features = None
+
+        def predict(Xq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            self._features = features
+            try:
+                with torch.no_grad():
+                    return marginals(gp, self._inputs(Xq))
+            finally:
+                self._features = None
+        return predict
+
+    def _propose_from(self, space: DesignSpace, history: History, q: int, seed: int,
+                      choices: Optional[torch.Tensor]) -> torch.Tensor:
+        acqf = self.acquisition(space, history, seed)
         if choices is None and self.mixed == "alternating":
-            return self._optimize_mixed(space, history, acqf, q, seed)
+            return optimize_mixed(space, history, acqf, q, seed, self.num_restarts, self.raw_samples,
+                                  self.maxiter_alternating)
         if choices is None:  # a candidate set: the likely feasible ones (at least q) go on
             choices = candidate_set(space, history, self.n_local, self.n_global, self.centres, seed,
                                     tuple(self.scales) if self.scales else SCALES)
             if choices.shape[0] == 0:
                 return SobolSearch().propose(space, history, q, seed)
+            choices = self._inputs(choices)
             choices = choices[self._screen(acqf, choices, likely=q, keep=self.candidate_screen)]
         else:
             choices = choices[~torch.isin(grid_ids(space, choices), grid_ids(space, history.X))]
@@ -317,7 +385,7 @@ class BayesianOptimization:
             warnings.simplefilter("ignore", OptimizationWarning)
             X, _ = optimize_acqf_discrete(acqf, q=min(q, choices.shape[0]), choices=choices,
                                           max_batch_size=1024, unique=True)
-        return X
+        return X[:, :space.dim]  # without the chip features
 
     def _screen(self, acqf, choices: torch.Tensor, likely: int = 0, keep: Optional[int] = None) -> torch.Tensor:
         """Indices of the `keep` (default `screen`) most promising choices by the analytic screen (module docstring).
@@ -361,57 +429,3 @@ class BayesianOptimization:
         if likely:
             return top.indices[: max(likely, int((top.values > -LIKELY_PENALTY / 2).sum()))]
         return top.indices
-
-    def _optimize_mixed(self, space: DesignSpace, history: History, acqf, q: int, seed: int) -> torch.Tensor:
-        centres = bin_centres(space)
-        bounds = torch.stack([torch.zeros(space.dim, dtype=DTYPE), torch.ones(space.dim, dtype=DTYPE)])
-        for i, values in centres.items():
-            bounds[0, i], bounds[1, i] = values[0], values[-1]
-        fixed = {i: v[0] for i, v in centres.items() if len(v) == 1}
-        cats = {i: v for i, v in centres.items() if i in cat_dims(space) and i not in fixed}
-        disc = {i: v for i, v in centres.items() if i not in cats and i not in fixed}
-        torch.manual_seed(seed % (2**31))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            if centres:
-                X, _ = optimize_acqf_mixed_alternating(
-                    acqf, bounds=bounds, discrete_dims=disc or None, cat_dims=cats or None, q=q,
-                    num_restarts=self.num_restarts, raw_samples=self.raw_samples,
-                    fixed_features=fixed or None, options={"maxiter_alternating": self.maxiter_alternating})
-            else:
-                X, _ = optimize_acqf(acqf, bounds=bounds, q=q, num_restarts=self.num_restarts,
-                                     raw_samples=self.raw_samples, sequential=True)
-        return self._repair(space, history, acqf, X.detach(), seed)
-
-
-    def _repair(self, space: DesignSpace, history: History, acqf, X: torch.Tensor, seed: int) -> torch.Tensor:
-        """Replace proposals that break a known constraint or repeat a design (module docstring)."""
-        X = snap(space, X)
-        ok = space.known_feasible(X)
-        seen = set(design_keys(space, history.X))
-        keys = design_keys(space, X)
-        taken: set = set()
-        for i, k in enumerate(keys):
-            if k in seen or k in taken:
-                ok[i] = False
-            taken.add(k)
-        if bool(ok.all()):
-            return X
-        pool = space.sample(512, seed=seed % (2**31))
-        continuous = torch.tensor([math.isinf(p.cardinality) for p in space.parameters])
-        out = []
-        for i in range(X.shape[0]):
-            if bool(ok[i]):
-                out.append(X[i:i + 1])
-                continue
-            mixed = pool.clone()
-            mixed[:, continuous] = X[i, continuous]
-            cand = torch.cat([mixed[space.known_feasible(mixed)], pool])
-            cand = fresh(space, cand, History(X=torch.cat([history.X] + out), Y=torch.zeros(history.n + len(out), 1,
-                                                                                             dtype=DTYPE),
-                                              feasible=torch.zeros(history.n + len(out), dtype=torch.bool)),
-                         cand.shape[0])
-            with torch.no_grad():
-                values = torch.cat([acqf(c.unsqueeze(-2)) for c in cand.split(1024)])
-            out.append(cand[int(torch.argmax(values))].unsqueeze(0))
-        return torch.cat(out)

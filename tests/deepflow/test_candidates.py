@@ -98,6 +98,47 @@ def test_a_bo_proposal_neither_reads_nor_moves_the_global_generator():
     assert torch.equal(*proposals)
 
 
+def test_chip_features_are_the_derived_chips_figures():
+    """What the GPs take beside the point on a chip space: the derived chip's peak, memory, links and
+    units, the same on the flat and the hierarchical (outer) space; nothing on a space without a chip."""
+    from analytical.chip.derive import derive
+    from analytical.space import CHIP_FEATURES
+
+    flat, outer = job("llama3-70b-n5-codesign").space, job("llama3-70b-n5-hierarchical").space
+    u = flat.sample(8, seed=2)
+    features = flat.chip_features(u)
+    derived = derive(flat.chip_batch(u))
+    assert features.shape == (8, len(CHIP_FEATURES)) and bool((features > 0).all())
+    assert torch.equal(features[:, CHIP_FEATURES.index("hbm_bytes")], derived.accelerator["hbm_bytes"])
+    shared = [flat.names.index(n) for n in outer.names]
+    assert torch.equal(outer.chip_features(u[:, shared]), features)
+    assert unit_square_space().chip_features(torch.rand(3, 2, dtype=torch.float64)) is None
+
+
+def test_bo_with_chip_features_proposes_points_of_the_space_and_uses_them():
+    """With chip features (the default) the GPs are fitted on d + f inputs, yet every proposal is a
+    known-feasible point of the d-dimensional space; with `chip_features=false` the same history and seed
+    give other proposals (so the features reach the choice)."""
+    moe = job("mixtral-8x7b-n3-codesign", "strategy.n_init=8")
+    history = run(moe.space, moe.objective, make_strategy("random"), 12, q=4, seed=7)
+    strategy = moe.make_strategy()
+    widths, fit = [], strategy.fit
+
+    def fit_and_record(space, h):
+        out = fit(space, h)
+        widths.append(out[1].shape[-1])  # the training inputs' columns
+        return out
+
+    strategy.fit = fit_and_record
+    with_features = strategy.propose(moe.space, history, 4, seed=11)
+    assert widths and widths[0] > moe.space.dim  # the training inputs carried the features
+    assert with_features.shape == (4, moe.space.dim) and bool(moe.space.known_feasible(with_features).all())
+    assert strategy._features is None  # a proposal leaves no feature scale behind
+    without = job("mixtral-8x7b-n3-codesign", "strategy.n_init=8", "strategy.chip_features=false").make_strategy()
+    plain = without.propose(moe.space, history, 4, seed=11)
+    assert plain.shape == with_features.shape and not torch.equal(plain, with_features)
+
+
 def test_bad_candidate_options_name_the_field_and_the_allowed_values():
     with pytest.raises(SpecError, match=r"strategy\[bo\]\.mixed = 'anneal'.*candidates or alternating"):
         make_strategy("bo", mixed="anneal")
@@ -107,3 +148,5 @@ def test_bad_candidate_options_name_the_field_and_the_allowed_values():
         make_strategy("bo", n_local=0)
     with pytest.raises(ConfigError, match=r"^strategy\.centres = 0 is invalid: allowed an integer >= 1$"):
         job("llama3-70b-n5-hierarchical", "strategy.centres=0")
+    with pytest.raises(SpecError, match=r"strategy\[bo\]\.chip_features = 'yes'.*true or false"):
+        make_strategy("bo", chip_features="yes")
