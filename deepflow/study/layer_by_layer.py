@@ -6,7 +6,8 @@ so that "best mapping" means the same exact search everywhere:
 
 - a `today`: the template chip's own values (`config_values`), its best mapping;
 - b `fixed-mapping`: a's mapping and precision held (`mapping_overrides`), the chip searched by BO on
-  `space=chip-only` (flat: no inner search);
+  the workload's `fixed_space` (default `chip-only`; flat: no inner search), which must hold no chip
+  parameter the joint space lacks, or c could not rebuild b's chip;
 - c `sequential`: b's chip, mapping and precision re-optimized;
 - d `cross-workload`: the joint chip of the workload named `cross`, this workload's mapping and
   precision;
@@ -113,13 +114,13 @@ def run(ctx: Context) -> dict[str, bool]:
         today = remap(job, config_values(job, [n for n in job.space.names if n not in inner]), inner)
         ctx.add(name, "today", LABELS["today"], today, ctx.runs.point("today", name, today, "the template chip with "
                                                                        "its best mapping"))
+        space = f"space={w.get('fixed_space', 'chip-only')}"
         if inner:
-            held = [f"experiment={w.experiment}", *w.overrides, "space=chip-only", f"budget={fixed_budget}",
+            held = [f"experiment={w.experiment}", *w.overrides, space, f"budget={fixed_budget}",
                     *(f"++mapping.{k}={today.values[k]}" for k in inner)]
         else:
-            held = [f"experiment={w.experiment}", *w.overrides, "inner=null", "space=chip-only",
-                    f"budget={fixed_budget}", f"++mapping.precision={today.values['precision']}",
-                    *mapping_overrides(today.design)]
+            held = [f"experiment={w.experiment}", *w.overrides, "inner=null", space, f"budget={fixed_budget}",
+                    f"++mapping.precision={today.values['precision']}", *mapping_overrides(today.design)]
         fixed, summary = ctx.search(ctx.job(held), name, "fixed-mapping")
         ctx.add(name, "fixed-mapping", LABELS["fixed-mapping"], fixed, summary["run_id"])
         sequential = None if fixed is None else remap(job, {**today.values, **chip_values(fixed.values)}, inner)

@@ -59,6 +59,8 @@ def test_layer_by_layer_rows_runs_and_what_holds_by_construction(layer_by_layer)
         common = set(sequential["design"]) & set(fixed["design"]) - {"precision", "fused_jobs"}
         assert common and {k: sequential["design"][k] for k in common} == pytest.approx({k: fixed["design"][k]
                                                                                          for k in common})
+        # ... and the same chip: b's space holds no chip parameter c's lacks (the resnet's fixed_space)
+        assert sequential["chip"] == pytest.approx(fixed["chip"]) and (sequential["feasible"] or not fixed["feasible"])
         assert rows[workload, "joint"]["loss_pct"] == pytest.approx(0.0)
     assert set(result["checks"]) == {f"{w}: joint not worse than {v}" for w in workloads
                                      for v in ("today", "fixed-mapping", "sequential", "cross-workload")}
