@@ -383,6 +383,9 @@ class BayesianOptimization:
                 choices = choices[self._screen(acqf, choices)]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", OptimizationWarning)
+            # qLogNEI's note where the joint posterior of baseline and candidates is too ill-conditioned for its
+            # low-rank update (near-duplicate inputs): BoTorch then samples it in full, nothing is lost
+            warnings.filterwarnings("ignore", message="Low-rank cholesky updates failed")
             X, _ = optimize_acqf_discrete(acqf, q=min(q, choices.shape[0]), choices=choices,
                                           max_batch_size=1024, unique=True)
         return X[:, :space.dim]  # without the chip features

@@ -73,6 +73,12 @@ SMOKE = {
         {"device": lambda v: v == "cpu",
          "rows": lambda v: [r["seq"] for r in v] == [256, 256]
          and all(0 < x <= 1 for r in v for x in r["predicted_ratio"])}),  # a window of 128 keys costs no more
+    f"{B}/gp_features.py": (  # the flat experiment (no inner search): 40 + 20 designs, two GP fits, a few seconds
+        ["--experiments", "llama3-70b-n5-codesign", "--train", "40", "--test", "20"],
+        {"train": lambda v: v == 40,
+         "llama3-70b-n5-codesign": lambda v: v["train"] >= 4 and v["test"] >= 2
+         and all(0 <= v[g]["median_error"] < 1 and -1 <= v[g]["spearman"] <= 1 and v[g]["first_ranked_gap"] >= 0
+                 for g in ("point", "point_and_chip"))}),
     f"{B}/landscape.py": (  # the flat experiment has no inner search: 5 slices of 5 designs in about a second
         ["--experiments", "llama3-70b-n5-codesign", "--points", "5", "--width", "0.02"],
         {"points": lambda v: v == 5,
