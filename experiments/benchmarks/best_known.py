@@ -167,6 +167,21 @@ def recorded() -> dict:
     return json.loads(BEST_KNOWN.read_text()) if BEST_KNOWN.exists() else {}
 
 
+def recorded_for(experiments: list[str]) -> dict:
+    """The recorded table, after checking (before any work) that each experiment composes and has a design."""
+    from deepflow.presets import ConfigError
+
+    table = recorded()
+    for e in experiments:  # bad names fail here, in one line
+        try:
+            compose(e)
+        except ConfigError as error:
+            raise SystemExit(str(error)) from None
+        if e not in table:
+            raise SystemExit(f"no best-known design recorded for {e}: run best_known.py --write first")
+    return table
+
+
 def offer(experiment: str, found: dict, command: str) -> bool:
     """Record `found` (a `best_of` dict) as the experiment's best-known design where it beats the
     recorded one; True if it did."""

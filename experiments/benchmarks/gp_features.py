@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from best_known import compose, recorded  # noqa: E402
+from best_known import compose, recorded, recorded_for  # noqa: E402
 
 EXPERIMENTS = ("llama3-70b-n5-hierarchical", "mixtral-8x7b-n3-codesign", "llama3-70b-joint")
 
@@ -81,11 +81,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.train < 4 or args.test < 2 or args.scale <= 0:
         parser.error("--train must be >= 4, --test >= 2, --scale > 0")
-    table = recorded()
-    for e in args.experiments:  # bad names fail here, before any work
-        compose(e)
-        if e not in table:
-            raise SystemExit(f"no best-known design recorded for {e}: run best_known.py --write first")
+    recorded_for(args.experiments)  # bad names and missing records fail here, before any work
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     out: dict = {"train": args.train, "test": args.test, "scale": args.scale, "seed": args.seed}

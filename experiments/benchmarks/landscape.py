@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from best_known import EXPERIMENTS, compose, recorded  # noqa: E402
+from best_known import EXPERIMENTS, compose, recorded_for  # noqa: E402
 
 
 def slice_values(job, u: torch.Tensor, i: int, points: int, width: float) -> tuple[list[float], list[float | None]]:
@@ -66,11 +66,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.points < 2 or not 0.0 < args.width <= 1.0 or args.jump <= 0.0:
         parser.error("--points must be >= 2, --width in (0, 1], --jump > 0")
-    table = recorded()
-    for e in args.experiments:  # bad names fail here, before any work
-        compose(e)
-        if e not in table:
-            raise SystemExit(f"no best-known design recorded for {e}: run best_known.py --write first")
+    table = recorded_for(args.experiments)
     warnings.simplefilter("ignore")
     out: dict = {"points": args.points, "width": args.width, "jump": args.jump}
     for e in args.experiments:
