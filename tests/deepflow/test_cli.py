@@ -81,7 +81,7 @@ def test_an_fp32_vgg_says_why_its_mfu_passes_100_percent():
     (("frobnicate",), "unknown command"),
     (("validate", "data=/nonexistent.csv"), "no such file"),
     (("best-mapping", "top_k=0"), "top_k"),
-    (("sample", "space=jointt"), "space='jointt' is not a known space: allowed chip-fused-jobs, chip-mapping, chip-only, chip-real-bounds, fused-jobs, hardware-mapping, joint"),
+    (("sample", "space=jointt"), "space='jointt' is not a known space: allowed chip-fused-jobs, chip-mapping, chip-only, chip-real-bounds, chip-single-device, fused-jobs, hardware-mapping, joint"),
     (("optimize", "-m", "seed=0,1", "hydra/launcher=slurmm"), "hydra/launcher='slurmm' is not a known launcher: allowed basic,"),
     (("sample", "hydra/sweeper=optunaa"), "hydra/sweeper='optunaa' is not a known option: allowed basic"),
     (("optimize", "--cfgg"), "unrecognized arguments: --cfgg"),
