@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from deepflow.presets import available
 from deepflow.study.context import Context, chosen, losses, mapping_overrides, not_worse, positive_int, unknown
 from deepflow.study.points import config_values, encode_values, evaluate_values
 
@@ -92,6 +93,9 @@ def check(cfg, quick: bool) -> tuple[list[str], int, int]:
         cross = study.workloads[name].get("cross")
         if cross is not None and cross not in study.workloads:
             raise unknown(f"study.workloads.{name}.cross", cross, list(study.workloads))
+        fixed_space = study.workloads[name].get("fixed_space", "chip-only")
+        if fixed_space not in available("space"):
+            raise unknown(f"study.workloads.{name}.fixed_space", fixed_space, available("space"))
     return (workloads, quick_budget, quick_budget) if quick else (workloads, budget, fixed_budget)
 
 

@@ -101,6 +101,8 @@ def test_retrodiction_ratios_and_gain_checks(tmp_path):
     (["nonsense"], "study 'nonsense' is not known: allowed layer-by-layer, technology-levers"),
     (["layer-by-layer", "study.only=[gpt5]"], "study.only='gpt5' is not known: allowed llama3-70b, mixtral-8x7b"),
     (["technology-levers", "study.only_levers=[wafer]"], "study.only_levers='wafer' is not known: allowed node"),
+    (["layer-by-layer", "study.workloads.resnet18.fixed_space=nope"],
+     "study.workloads.resnet18.fixed_space='nope' is not known: allowed chip-fused-jobs"),
     (["layer-by-layer", "study.budget=0"], "study.budget=0 is invalid: allowed an integer from 1 to 100,000"),
     (["retrodiction", "study.budget=1000000000"], "study.budget=1000000000 is invalid: allowed an integer from 1"),
     (["technology-levers", "study.levers.node.values=[N5,N9]"], "study.levers.node: chip.node = 'N9' is invalid: allowed"),
