@@ -35,6 +35,7 @@ from deepflow.presets import available
 from deepflow.study.context import Context, chosen, losses, mapping_overrides, not_worse, positive_int, unknown
 from deepflow.study.points import config_values, encode_values, evaluate_values
 
+FIXED_SPACE = "chip-only"  # the fixed-mapping search's space where a workload names no `fixed_space`
 VARIANTS = ("today", "fixed-mapping", "sequential", "cross-workload", "joint")
 LABELS = {"today": "a: today's chip, best mapping", "fixed-mapping": "b: a's mapping held, chip optimized",
           "sequential": "c: b's chip, mapping re-optimized", "cross-workload": "d: chip co-designed for {cross}",
@@ -93,7 +94,7 @@ def check(cfg, quick: bool) -> tuple[list[str], int, int]:
         cross = study.workloads[name].get("cross")
         if cross is not None and cross not in study.workloads:
             raise unknown(f"study.workloads.{name}.cross", cross, list(study.workloads))
-        fixed_space = study.workloads[name].get("fixed_space", "chip-only")
+        fixed_space = study.workloads[name].get("fixed_space", FIXED_SPACE)
         if fixed_space not in available("space"):
             raise unknown(f"study.workloads.{name}.fixed_space", fixed_space, available("space"))
     return (workloads, quick_budget, quick_budget) if quick else (workloads, budget, fixed_budget)
@@ -118,7 +119,7 @@ def run(ctx: Context) -> dict[str, bool]:
         today = remap(job, config_values(job, [n for n in job.space.names if n not in inner]), inner)
         ctx.add(name, "today", LABELS["today"], today, ctx.runs.point("today", name, today, "the template chip with "
                                                                        "its best mapping"))
-        space = f"space={w.get('fixed_space', 'chip-only')}"
+        space = f"space={w.get('fixed_space', FIXED_SPACE)}"
         if inner:
             held = [f"experiment={w.experiment}", *w.overrides, space, f"budget={fixed_budget}",
                     *(f"++mapping.{k}={today.values[k]}" for k in inner)]

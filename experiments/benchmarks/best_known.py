@@ -248,13 +248,16 @@ def main(argv=None) -> None:
     print(json.dumps(out))
 
 
+def polish_command(experiment: str, table: dict) -> str:
+    """The command recorded with a polished design: the polish and the search its start came from."""
+    return (f"python experiments/benchmarks/best_known.py --experiments {experiment} --polish --write "
+            f"(from: {table[experiment]['command']})")
+
+
 def polish_main(args) -> None:
     """`--polish`: each recorded design's coordinate search, offered to the record with `--write`."""
     torch.set_num_threads(1)
-    table = recorded()
-    missing = [e for e in args.experiments if e not in table]
-    if missing:
-        raise SystemExit(f"--polish: no recorded design for {', '.join(missing)} (search first)")
+    table = recorded_for(args.experiments)
     start = time.perf_counter()
     results = run_jobs(polish_job, [{"experiment": e, "u": table[e]["u"]} for e in args.experiments], args.workers)
     out: dict = {"polish": True, "wall_s": round(time.perf_counter() - start, 1), "cpu_count": os.cpu_count()}
@@ -264,12 +267,10 @@ def polish_main(args) -> None:
         print(f"[{e}] polished from {old}: {found['value']} ({found['evaluations']} evaluations, "
               f"{found['wall_s']} s)", flush=True)
         if args.write:
-            command = (f"python experiments/benchmarks/best_known.py --experiments {e} --polish --write "
-                       f"(from: {table[e]['command']})")
-            out[f"{e}_written"] = offer(e, found, command)
+            out[f"{e}_written"] = offer(e, found, polish_command(e, table))
     if args.write:  # a design polished on one space may map onto another's
         for e in args.experiments:
-            offer_projections(e, table[e]["command"], out)
+            offer_projections(e, polish_command(e, table), out)
     print(json.dumps(out))
 
 

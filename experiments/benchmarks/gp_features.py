@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from best_known import compose, recorded, recorded_for  # noqa: E402
+from best_known import compose, recorded_for  # noqa: E402
 
 EXPERIMENTS = ("llama3-70b-n5-hierarchical", "mixtral-8x7b-n3-codesign", "llama3-70b-joint")
 
@@ -47,13 +47,13 @@ def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.corrcoef(torch.stack([ra, rb]))[0, 1])
 
 
-def measure(experiment: str, train: int, test: int, scale: float, seed: int) -> dict:
-    """The figures of both GPs on one experiment (module docstring)."""
+def measure(experiment: str, u: list[float], train: int, test: int, scale: float, seed: int) -> dict:
+    """The figures of both GPs on one experiment, around its best-known point `u` (module docstring)."""
     from deepflow.strategies.bo import BayesianOptimization
 
     job = compose(experiment)
     space = job.space
-    u = torch.tensor(recorded()[experiment]["u"], dtype=torch.float64)
+    u = torch.tensor(u, dtype=torch.float64)
     gen = torch.Generator().manual_seed(seed)
     X = torch.cat([space.sample(train // 2, seed=seed), near(space, u, train - train // 2, scale, gen),
                    near(space, u, test, scale, gen)])
@@ -81,12 +81,12 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.train < 4 or args.test < 2 or args.scale <= 0:
         parser.error("--train must be >= 4, --test >= 2, --scale > 0")
-    recorded_for(args.experiments)  # bad names and missing records fail here, before any work
+    table = recorded_for(args.experiments)  # bad names and missing records fail here, before any work
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     out: dict = {"train": args.train, "test": args.test, "scale": args.scale, "seed": args.seed}
     for e in args.experiments:
-        found = measure(e, args.train, args.test, args.scale, args.seed)
+        found = measure(e, table[e]["u"], args.train, args.test, args.scale, args.seed)
         print(f"[{e}] {found['train']} feasible designs to fit on, {found['test']} to predict")
         for name in ("point", "point_and_chip"):
             f = found[name]
